@@ -1,0 +1,183 @@
+//! The names a record is stored under: the caller's idempotency [`Key`] and the
+//! [`Operation`] that scopes it.
+//!
+//! Both are validated once, at construction, and never rewritten afterwards: a key that
+//! arrives with a trailing space is refused, not trimmed, so the key a record is written
+//! under is always byte for byte the key the client sent (MODEL.md, `I12`).
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// The longest key accepted, in bytes (equal to characters: keys are ASCII).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The longest operation name accepted, in bytes.
+pub const MAX_OPERATION_LEN: usize = 100;
+
+/// An idempotency key: 1..=255 visible ASCII characters (`0x21..=0x7E`).
+///
+/// The key identifies a request; the [`Fingerprint`](crate::Fingerprint) describes it.
+/// Visible ASCII keeps keys safe to log, to put in an HTTP header and to use as (part of) a
+/// Redis key without escaping.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Box<str>);
+
+/// Why a [`Key`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key is the empty string.
+    #[error("idempotency key is empty")]
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`] bytes.
+    #[error("idempotency key is {len} bytes long; the limit is {max}", max = MAX_KEY_LEN)]
+    TooLong {
+        /// The length of the refused key, in bytes.
+        len: usize,
+    },
+    /// The key holds a character outside visible ASCII (`0x21..=0x7E`): a space, a control
+    /// character, or a non-ASCII character.
+    #[error(
+        "idempotency key has {found:?} at byte {position}; only visible ASCII (0x21..=0x7E) is allowed, and keys are never trimmed"
+    )]
+    InvalidCharacter {
+        /// The offending character.
+        found: char,
+        /// Its byte offset in the key.
+        position: usize,
+    },
+}
+
+impl Key {
+    /// Validates `key` and wraps it.
+    pub fn new(key: impl AsRef<str>) -> Result<Self, KeyError> {
+        let key = key.as_ref();
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some((position, found)) = key
+            .char_indices()
+            .find(|&(_, c)| !matches!(c, '\x21'..='\x7e'))
+        {
+            return Err(KeyError::InvalidCharacter { found, position });
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: key.len() });
+        }
+        Ok(Self(key.into()))
+    }
+
+    /// The key as the client sent it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The scope of a key, such as `payment.charge`: 1..=100 ASCII letters, digits, `.`, `_`
+/// and `-`.
+///
+/// A key is unique per operation: `payment.charge` and `order.cancel` keep separate records
+/// for one key. Tenants are isolated by the caller, who puts the tenant in the key or in the
+/// operation.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Operation(Box<str>);
+
+/// Why an [`Operation`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum OperationError {
+    /// The operation name is empty.
+    #[error("operation name is empty")]
+    Empty,
+    /// The operation name is longer than [`MAX_OPERATION_LEN`] bytes.
+    #[error("operation name is {len} bytes long; the limit is {max}", max = MAX_OPERATION_LEN)]
+    TooLong {
+        /// The length of the refused name, in bytes.
+        len: usize,
+    },
+    /// The operation name holds a character other than an ASCII letter, digit, `.`, `_` or `-`.
+    #[error(
+        "operation name has {found:?} at byte {position}; only ASCII letters, digits, '.', '_' and '-' are allowed"
+    )]
+    InvalidCharacter {
+        /// The offending character.
+        found: char,
+        /// Its byte offset in the name.
+        position: usize,
+    },
+}
+
+impl Operation {
+    /// Validates `name` and wraps it.
+    pub fn new(name: impl AsRef<str>) -> Result<Self, OperationError> {
+        let name = name.as_ref();
+        if name.is_empty() {
+            return Err(OperationError::Empty);
+        }
+        if let Some((position, found)) = name
+            .char_indices()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return Err(OperationError::InvalidCharacter { found, position });
+        }
+        if name.len() > MAX_OPERATION_LEN {
+            return Err(OperationError::TooLong { len: name.len() });
+        }
+        Ok(Self(name.into()))
+    }
+
+    /// The operation's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! string_like {
+    ($ty:ident, $err:ident) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($ty), &*self.0)
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = $err;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<&str> for $ty {
+            type Error = $err;
+
+            fn try_from(s: &str) -> Result<Self, Self::Error> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $ty {
+            type Error = $err;
+
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                Self::new(s)
+            }
+        }
+    };
+}
+
+string_like!(Key, KeyError);
+string_like!(Operation, OperationError);

@@ -1,0 +1,463 @@
+//! The record machine: the state of one key and its transitions (MODEL.md, "The record
+//! machine").
+//!
+//! Every store is an implementation of exactly this machine: `MemoryStore` calls
+//! [`apply`] under its shard lock, and the Redis adapter's scripts are a second
+//! implementation tested step for step against it. [`apply`] is a pure function of
+//! (state, command, `now`) to (reply, write); `now` is the **store's** clock.
+//!
+//! An expired record (its lease or its retention run out at `now`) behaves exactly like an
+//! absent one (`I9`): [`apply`] first forgets it, then decides.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::time::Timestamp;
+use crate::{Fingerprint, OwnerToken};
+
+/// A stored result: the JSON (or other encoding) of the action's value, as the driver wrote
+/// it. The core never looks inside.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Body(Vec<u8>);
+
+impl Body {
+    /// Wraps encoded bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The encoded bytes, by value.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the body is zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) if text.len() <= 64 => write!(f, "Body({text:?})"),
+            Ok(_) | Err(_) => write!(f, "Body({} bytes)", self.0.len()),
+        }
+    }
+}
+
+/// The state of a key that holds something. An absent key is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Reserved: the attempt holding `owner` is running the action, and nobody else may
+    /// until `lease_until` (store clock) passes or the owner completes or releases.
+    Pending {
+        /// Who holds the key.
+        owner: OwnerToken,
+        /// What request holds it.
+        fingerprint: Fingerprint,
+        /// When the lease runs out, on the store's clock. The record is expired from this
+        /// instant on.
+        lease_until: Timestamp,
+    },
+    /// Done: the request's result, replayed to every identical request until `expires_at`.
+    Completed {
+        /// The attempt that recorded it. Kept so that a complete whose reply was lost can be
+        /// retried safely (the retry is recognised, not refused).
+        owner: OwnerToken,
+        /// What request it answers.
+        fingerprint: Fingerprint,
+        /// The stored result, or `None` when it was over the size limit and not stored.
+        body: Option<Body>,
+        /// When retention runs out, on the store's clock.
+        expires_at: Timestamp,
+    },
+}
+
+impl Record {
+    /// The instant from which the record reads as absent: the end of the lease or of the
+    /// retention. A store may drop the record then (Redis: `PEXPIREAT`).
+    pub fn expires_at(&self) -> Timestamp {
+        match self {
+            Record::Pending { lease_until, .. } => *lease_until,
+            Record::Completed { expires_at, .. } => *expires_at,
+        }
+    }
+
+    /// Whether the record has run out at `now`.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        now >= self.expires_at()
+    }
+
+    /// The record's owner token.
+    pub fn owner(&self) -> OwnerToken {
+        match self {
+            Record::Pending { owner, .. } | Record::Completed { owner, .. } => *owner,
+        }
+    }
+
+    /// The fingerprint of the request the record belongs to.
+    pub fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Record::Pending { fingerprint, .. } | Record::Completed { fingerprint, .. } => {
+                *fingerprint
+            }
+        }
+    }
+}
+
+/// A command to the record of one key. The key itself is the store's business: the machine
+/// is the same for every key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Claim the key for `owner`, for `lease` from the store's `now`.
+    Reserve {
+        /// The attempt's token.
+        owner: OwnerToken,
+        /// The request's fingerprint.
+        fingerprint: Fingerprint,
+        /// How long the reservation lasts without renewal.
+        lease: Duration,
+    },
+    /// Record the result of `owner`'s action, kept for `retention` from the store's `now`.
+    Complete {
+        /// The attempt's token.
+        owner: OwnerToken,
+        /// The request's fingerprint; used only when the key no longer holds the reservation.
+        fingerprint: Fingerprint,
+        /// The result, or `None` when it is not to be stored (over the size limit).
+        body: Option<Body>,
+        /// How long the result is replayed.
+        retention: Duration,
+    },
+    /// Extend `owner`'s lease to `lease` from the store's `now`.
+    Renew {
+        /// The attempt's token.
+        owner: OwnerToken,
+        /// The new lease, from now.
+        lease: Duration,
+    },
+    /// Give the key up without a result (the action failed), so a retry may run it again.
+    Release {
+        /// The attempt's token.
+        owner: OwnerToken,
+    },
+    /// Look at the key without changing it.
+    Read,
+}
+
+impl Command {
+    /// The command's name, for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Reserve { .. } => "reserve",
+            Command::Complete { .. } => "complete",
+            Command::Renew { .. } => "renew",
+            Command::Release { .. } => "release",
+            Command::Read => "read",
+        }
+    }
+}
+
+/// What a reserve granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// The holder.
+    pub owner: OwnerToken,
+    /// When the lease runs out, on the store's clock.
+    pub lease_until: Timestamp,
+}
+
+/// Why the record machine did not carry out a complete, renew or release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A live record of another owner holds the key: this caller's lease ran out and the key
+    /// was taken over (or completed) by someone else.
+    NotOwner,
+    /// The key holds nothing live: this caller's lease ran out and nobody took the key
+    /// (renew, release; a complete records its result instead).
+    LeaseLost,
+    /// The caller's own completed record holds the key: there is no lease left to renew or
+    /// release, and a completed record is never removed before it expires (`I3`).
+    AlreadyCompleted,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Refusal::NotOwner => "another owner holds the key",
+            Refusal::LeaseLost => "the lease ran out",
+            Refusal::AlreadyCompleted => "the key is already completed",
+        })
+    }
+}
+
+/// How a complete was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The owner's live reservation became the completed record.
+    InTime,
+    /// The owner's lease had run out and nobody had taken the key: the result was recorded
+    /// all the same, because the effect happened and recording it prevents a second one.
+    AfterLeaseExpiry,
+    /// The owner had already completed the key (a retried complete whose reply was lost);
+    /// the record is unchanged (`I3`).
+    Repeated,
+}
+
+/// The record machine's answer to a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Reserve: the key is the caller's. Also the answer to a reserve retried by the owner
+    /// that already holds the key, with the reservation unchanged (`I11`).
+    Reserved(Reservation),
+    /// Reserve: an identical request holds the key, live until `lease_until`.
+    InFlight {
+        /// When the holder's lease runs out unless renewed, on the store's clock.
+        lease_until: Timestamp,
+    },
+    /// Reserve: an identical request completed; its result (or `None` if it was not
+    /// stored).
+    Replay {
+        /// The stored result.
+        body: Option<Body>,
+    },
+    /// Reserve: the key belongs to a request with another fingerprint (`I4`).
+    KeyReuse {
+        /// The fingerprint the key is held or completed under.
+        stored: Fingerprint,
+    },
+    /// Complete: the result is recorded.
+    Completed(Completion),
+    /// Renew: the lease now lasts until the reservation's `lease_until`.
+    Renewed(Reservation),
+    /// Release: the reservation is gone.
+    Released,
+    /// Complete, renew or release: nothing changed, and why.
+    Refused(Refusal),
+    /// Read: the live record, or `None` for an absent or expired key.
+    Read(Option<Record>),
+}
+
+/// What a store must do to the key after a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Leave the key as it is.
+    Unchanged,
+    /// Store this record, to expire at [`Record::expires_at`].
+    Put(Record),
+    /// Remove the key.
+    Delete,
+}
+
+/// A reply and the write that goes with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Transition {
+    /// What the caller is told.
+    pub reply: Reply,
+    /// What the store does to the key.
+    pub write: Write,
+}
+
+impl Transition {
+    fn unchanged(reply: Reply) -> Self {
+        Self {
+            reply,
+            write: Write::Unchanged,
+        }
+    }
+
+    /// Applies the write to an in-memory state and returns the reply.
+    pub fn apply_to(self, state: &mut Option<Record>) -> Reply {
+        match self.write {
+            Write::Unchanged => {}
+            Write::Put(record) => *state = Some(record),
+            Write::Delete => *state = None,
+        }
+        self.reply
+    }
+}
+
+/// One step of the record machine: the reply to `command` on a key whose stored state is
+/// `stored`, at the store's `now`, and the write that goes with it.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::record::{apply, Command, Reply};
+/// use idem_core::{Fingerprint, OwnerToken, Timestamp};
+///
+/// let fp = Fingerprint::of_bytes(b"charge o-1 100");
+/// let mut key = None;
+/// let now = Timestamp::from_millis(1_000);
+/// let reserve = |owner| Command::Reserve { owner, fingerprint: fp, lease: Duration::from_secs(30) };
+///
+/// let first = apply(key.as_ref(), reserve(OwnerToken::from_u128(1)), now).apply_to(&mut key);
+/// assert!(matches!(first, Reply::Reserved(_)));
+/// let second = apply(key.as_ref(), reserve(OwnerToken::from_u128(2)), now).apply_to(&mut key);
+/// assert!(matches!(second, Reply::InFlight { .. }));
+/// ```
+pub fn apply(stored: Option<&Record>, command: Command, now: Timestamp) -> Transition {
+    // I9: an expired record is an absent one, for every command.
+    let live = stored.filter(|record| !record.is_expired(now));
+    let mut transition = match command {
+        Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } => reserve(live, owner, fingerprint, lease, now),
+        Command::Complete {
+            owner,
+            fingerprint,
+            body,
+            retention,
+        } => complete(live, owner, fingerprint, body, retention, now),
+        Command::Renew { owner, lease } => renew(live, owner, lease, now),
+        Command::Release { owner } => release(live, owner),
+        Command::Read => Transition::unchanged(Reply::Read(live.cloned())),
+    };
+    if stored.is_some() && live.is_none() && transition.write == Write::Unchanged {
+        // Forget the expired record, so a store that applies writes stays bounded.
+        transition.write = Write::Delete;
+    }
+    transition
+}
+
+fn reserve(
+    live: Option<&Record>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    now: Timestamp,
+) -> Transition {
+    let Some(record) = live else {
+        // I1: the key is free, so this caller becomes its one live holder.
+        let lease_until = now.saturating_add(lease);
+        return Transition {
+            reply: Reply::Reserved(Reservation { owner, lease_until }),
+            write: Write::Put(Record::Pending {
+                owner,
+                fingerprint,
+                lease_until,
+            }),
+        };
+    };
+    if record.fingerprint() != fingerprint {
+        // I4: another request's record; never replayed, never waited for.
+        return Transition::unchanged(Reply::KeyReuse {
+            stored: record.fingerprint(),
+        });
+    }
+    Transition::unchanged(match record {
+        Record::Pending {
+            owner: holder,
+            lease_until,
+            ..
+        } if *holder == owner => Reply::Reserved(Reservation {
+            // I11: the owner's retried reserve gets its reservation back, unchanged.
+            owner,
+            lease_until: *lease_until,
+        }),
+        Record::Pending { lease_until, .. } => Reply::InFlight {
+            lease_until: *lease_until,
+        },
+        Record::Completed { body, .. } => Reply::Replay { body: body.clone() },
+    })
+}
+
+fn complete(
+    live: Option<&Record>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    body: Option<Body>,
+    retention: Duration,
+    now: Timestamp,
+) -> Transition {
+    let expires_at = now.saturating_add(retention);
+    match live {
+        // The lease ran out and nobody took the key: the effect happened, so record it
+        // (MODEL.md, "Late complete").
+        None => Transition {
+            reply: Reply::Completed(Completion::AfterLeaseExpiry),
+            write: Write::Put(Record::Completed {
+                owner,
+                fingerprint,
+                body,
+                expires_at,
+            }),
+        },
+        // I2: only the owner's reservation becomes its result.
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending {
+            fingerprint: held, ..
+        }) => Transition {
+            reply: Reply::Completed(Completion::InTime),
+            write: Write::Put(Record::Completed {
+                owner,
+                fingerprint: *held,
+                body,
+                expires_at,
+            }),
+        },
+        // I3: a completed record is never changed before it expires.
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Completed(Completion::Repeated))
+        }
+    }
+}
+
+fn renew(live: Option<&Record>, owner: OwnerToken, lease: Duration, now: Timestamp) -> Transition {
+    match live {
+        None => Transition::unchanged(Reply::Refused(Refusal::LeaseLost)),
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending {
+            fingerprint,
+            lease_until,
+            ..
+        }) => {
+            // I10: a lease only ever grows.
+            let lease_until = (*lease_until).max(now.saturating_add(lease));
+            Transition {
+                reply: Reply::Renewed(Reservation { owner, lease_until }),
+                write: Write::Put(Record::Pending {
+                    owner,
+                    fingerprint: *fingerprint,
+                    lease_until,
+                }),
+            }
+        }
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Refused(Refusal::AlreadyCompleted))
+        }
+    }
+}
+
+fn release(live: Option<&Record>, owner: OwnerToken) -> Transition {
+    match live {
+        None => Transition::unchanged(Reply::Refused(Refusal::LeaseLost)),
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending { .. }) => Transition {
+            reply: Reply::Released,
+            write: Write::Delete,
+        },
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Refused(Refusal::AlreadyCompleted))
+        }
+    }
+}

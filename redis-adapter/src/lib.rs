@@ -1,0 +1,3 @@
+//! The Redis and Redis Cluster store of idem
+//!
+//! Not built yet: this crate is filled by its own issue.

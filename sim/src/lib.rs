@@ -1,0 +1,3 @@
+//! A seeded deterministic simulation of idem under faults
+//!
+//! Not built yet: this crate is filled by its own issue.
