@@ -192,3 +192,63 @@ fn fail_closed_runs_nothing_fail_open_runs() {
         }
     }
 }
+
+#[test]
+fn slow_action_renews_its_lease_and_keeps_the_key() {
+    let mut store = None;
+    let mut a = attempt(1, 1, Options::default(), 0);
+    let mut now = 0u64;
+    let mut renewals = 0;
+    let finish_at = 100_000; // over three leases
+    let outcome = loop {
+        let ts = Timestamp::from_millis(now);
+        match a.poll(ts) {
+            Step::Send(cmd) => {
+                if matches!(cmd, idem_core::Command::Renew { .. }) {
+                    renewals += 1;
+                }
+                let reply = apply(store.as_ref(), cmd, ts).apply_to(&mut store);
+                a.handle_reply(reply, ts).unwrap();
+            }
+            Step::Run => {}
+            Step::Wait { until } => {
+                let next = until.map_or(finish_at, |u| u.as_millis().min(finish_at));
+                now = next;
+                if now == finish_at
+                    && a.lease(Timestamp::from_millis(now)) != idem_core::LeaseState::None
+                {
+                    let _ = a.handle_action_result(
+                        ActionResult::Succeeded(Body::new("ch_1")),
+                        Timestamp::from_millis(now),
+                    );
+                }
+            }
+            Step::Done(o) => break o,
+        }
+    };
+    assert!(renewals >= 9, "renewed {renewals} times");
+    assert!(
+        matches!(outcome, Outcome::Executed(e) if e.record == Recording::Stored && !e.lease_lost)
+    );
+}
+
+#[test]
+fn oversized_result_completes_without_body() {
+    let opts = Options::builder().max_body_bytes(3).build().unwrap();
+    let mut store = None;
+    let mut now = 0;
+    let o = drive(
+        &mut attempt(1, 1, opts.clone(), 0),
+        &mut store,
+        Some("ch_1"),
+        &mut now,
+    );
+    assert!(matches!(o, Outcome::Executed(e) if e.record == Recording::StoredWithoutBody));
+    let o = drive(
+        &mut attempt(2, 1, opts, now),
+        &mut store,
+        Some("ch_2"),
+        &mut now,
+    );
+    assert_eq!(o, Outcome::Replayed { body: None });
+}
