@@ -199,6 +199,7 @@ fn slow_action_renews_its_lease_and_keeps_the_key() {
     let mut a = attempt(1, 1, Options::default(), 0);
     let mut now = 0u64;
     let mut renewals = 0;
+    let mut fed = false;
     let finish_at = 100_000; // over three leases
     let outcome = loop {
         let ts = Timestamp::from_millis(now);
@@ -214,13 +215,18 @@ fn slow_action_renews_its_lease_and_keeps_the_key() {
             Step::Wait { until } => {
                 let next = until.map_or(finish_at, |u| u.as_millis().min(finish_at));
                 now = next;
-                if now == finish_at
-                    && a.lease(Timestamp::from_millis(now)) != idem_core::LeaseState::None
-                {
-                    let _ = a.handle_action_result(
+                if now == finish_at && !fed {
+                    // Confirmed by the renewals, the lease still holds at the end.
+                    assert_eq!(
+                        a.lease(Timestamp::from_millis(now)),
+                        idem_core::LeaseState::Held
+                    );
+                    fed = true;
+                    a.handle_action_result(
                         ActionResult::Succeeded(Body::new("ch_1")),
                         Timestamp::from_millis(now),
-                    );
+                    )
+                    .unwrap();
                 }
             }
             Step::Done(o) => break o,
