@@ -1,0 +1,78 @@
+//! The store: where records live, as the record machine's commands over async I/O.
+//!
+//! A [`Store`] is an implementation of exactly the record machine of `idem-core`
+//! ([`idem_core::record::apply`]): for every command it must give the reply that machine
+//! gives for the key's current state at the store's own `now`, and leave the key in the
+//! state that machine leaves it in, atomically with respect to every other command on the
+//! same key. Leases and retention are judged by the store's clock, never the caller's
+//! (MODEL.md, rule 10). `MemoryStore` calls `apply` under a lock; the Redis adapter runs
+//! one server-side script per command and is tested step for step against `apply`.
+
+use std::error::Error as StdError;
+use std::future::Future;
+
+use idem_core::record::{Command, Reply};
+use idem_core::{Key, Operation};
+use thiserror::Error;
+
+/// A boxed error from a store's backend (a Redis error, an I/O error).
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// A backend that keeps records: one implementation of the record machine per key.
+///
+/// Records are scoped by operation: the same key under two operations names two
+/// independent records (rule 8).
+pub trait Store: Send + Sync + 'static {
+    /// Applies `command` to the record of `key` under `operation`, atomically, at the
+    /// store's `now`, and returns the record machine's reply.
+    ///
+    /// On [`StoreError::Unavailable`] the command may or may not have been applied; the
+    /// attempt machine only sends commands that are safe to repeat.
+    fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send;
+}
+
+/// Why a store could not answer a command.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store could not be reached or did not answer in time. The command's effect is
+    /// unknown: it may have been applied.
+    #[error("store unavailable during {command}: {source}")]
+    Unavailable {
+        /// The command's name ([`Command::name`]).
+        command: &'static str,
+        /// What the backend reported.
+        #[source]
+        source: BoxError,
+    },
+    /// The key holds a value this store did not write (another type, garbage bytes, an
+    /// unknown encoding version). Nothing was changed: the value is left for a person to
+    /// look at, never overwritten silently.
+    #[error("the record under {key} is not one this store wrote: {detail}")]
+    Corrupt {
+        /// The key (as the backend names it).
+        key: String,
+        /// What is wrong with the value.
+        detail: String,
+    },
+}
+
+impl StoreError {
+    /// An [`Unavailable`](Self::Unavailable) error for `command`.
+    pub fn unavailable(command: &Command, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            command: command.name(),
+            source: source.into(),
+        }
+    }
+
+    /// Whether the failed command may have been applied.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
