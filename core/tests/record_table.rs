@@ -212,3 +212,62 @@ fn release_by_owner_deletes() {
     assert_eq!(tr.reply, Reply::Released);
     assert_eq!(tr.write, Write::Delete);
 }
+
+#[test]
+fn read_shows_the_live_record_and_never_writes_one() {
+    for rec in [pending(me(), 5000), completed(me(), 5000)] {
+        let tr = apply(Some(&rec), Command::Read, t(4999));
+        assert_eq!(tr.reply, Reply::Read(Some(rec.clone())));
+        assert_eq!(tr.write, Write::Unchanged);
+        // I9: at its expiry instant the record reads as absent, and the store forgets it.
+        let tr = apply(Some(&rec), Command::Read, t(5000));
+        assert_eq!(tr.reply, Reply::Read(None));
+        assert_eq!(tr.write, Write::Delete);
+    }
+    let tr = apply(None, Command::Read, t(0));
+    assert_eq!(tr.reply, Reply::Read(None));
+    assert_eq!(tr.write, Write::Unchanged);
+}
+
+#[test]
+fn expired_completion_frees_the_key_for_any_request() {
+    // Retention is over: the key is free, even for another fingerprint.
+    let tr = apply(Some(&completed(me(), 5000)), reserve(other(), 2), t(5000));
+    assert!(matches!(tr.reply, Reply::Reserved(r) if r.owner == other()));
+    assert_eq!(
+        tr.write,
+        Write::Put(Record::Pending {
+            owner: other(),
+            fingerprint: fp(2),
+            lease_until: t(35_000)
+        })
+    );
+}
+
+#[test]
+fn the_holder_itself_is_refused_under_another_fingerprint() {
+    let tr = apply(Some(&pending(me(), 5000)), reserve(me(), 2), t(1000));
+    assert_eq!(tr.reply, Reply::KeyReuse { stored: fp(1) });
+    assert_eq!(tr.write, Write::Unchanged);
+}
+
+#[test]
+fn complete_on_a_never_reserved_key_records_the_callers_fingerprint() {
+    let command = Command::Complete {
+        owner: me(),
+        fingerprint: fp(7),
+        body: None,
+        retention: RETENTION,
+    };
+    let tr = apply(None, command, t(10));
+    assert_eq!(tr.reply, Reply::Completed(Completion::AfterLeaseExpiry));
+    assert_eq!(
+        tr.write,
+        Write::Put(Record::Completed {
+            owner: me(),
+            fingerprint: fp(7),
+            body: None,
+            expires_at: t(3_600_010)
+        })
+    );
+}
