@@ -407,7 +407,9 @@ impl Attempt {
                 self.lease_lost = true;
             }
             (CommandKind::Complete, Reply::Completed(completion)) => {
-                if completion == Completion::AfterLeaseExpiry {
+                // A late complete means the reservation lapsed during the action; an action
+                // that ran unprotected (fail-open) had no reservation to lose.
+                if completion == Completion::AfterLeaseExpiry && self.completing_reserved() {
                     self.lease_lost = true;
                 }
                 self.finish_complete(|stored_body| {
@@ -419,7 +421,7 @@ impl Attempt {
                 });
             }
             (CommandKind::Complete, Reply::Refused(refusal)) => {
-                self.lease_lost = true;
+                self.lease_lost |= self.completing_reserved();
                 self.finish_complete(|_| Recording::Refused(refusal));
             }
             (CommandKind::Release, Reply::Released) => {
@@ -537,29 +539,27 @@ impl Attempt {
 
     fn send(&mut self, kind: CommandKind, now: Timestamp) -> Step {
         let owner = self.owner;
-        let command = match (kind, &self.phase) {
-            (CommandKind::Reserve, _) => Command::Reserve {
+        let command = match kind {
+            CommandKind::Reserve => Command::Reserve {
                 owner,
                 fingerprint: self.fingerprint,
                 lease: self.options.lease(),
             },
-            (CommandKind::Renew, _) => Command::Renew {
+            CommandKind::Renew => Command::Renew {
                 owner,
                 lease: self.options.lease(),
             },
-            (CommandKind::Complete, Phase::Completing { body, .. }) => Command::Complete {
+            CommandKind::Complete => Command::Complete {
                 owner,
                 fingerprint: self.fingerprint,
-                body: body.clone(),
+                body: match &self.phase {
+                    Phase::Completing { body, .. } => body.clone(),
+                    // `poll` sends a complete only from `Completing`.
+                    _ => None,
+                },
                 retention: self.options.retention(),
             },
-            (CommandKind::Complete, _) => Command::Complete {
-                owner,
-                fingerprint: self.fingerprint,
-                body: None,
-                retention: self.options.retention(),
-            },
-            (CommandKind::Release, _) => Command::Release { owner },
+            CommandKind::Release => Command::Release { owner },
         };
         self.outstanding = Some((kind, now));
         Step::Send(command)
@@ -624,6 +624,17 @@ impl Attempt {
             };
             self.phase = Phase::Finished(Outcome::Executed(execution));
         }
+    }
+
+    /// Whether the result being recorded came from an action run under a reservation.
+    fn completing_reserved(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Completing {
+                protection: Protection::Reserved,
+                ..
+            }
+        )
     }
 
     fn retries_so_far(&self) -> u32 {

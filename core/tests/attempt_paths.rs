@@ -532,3 +532,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_failed_open_result_is_recorded_once_the_store_is_back() {
+    let mut world = World::new();
+    // The store is down for every reserve; it is back by the time the action ends.
+    world.fault = Box::new(|command, _| match command {
+        Command::Reserve { .. } => Fault::Down,
+        _ => Fault::None,
+    });
+    let outcome = world.run(&mut attempt(Options::default()));
+    let execution = executed(&outcome);
+    assert_eq!(execution.protection, Protection::FailedOpen);
+    assert_eq!(execution.record, Recording::Stored);
+    // Nothing was reserved, so nothing was lost: the outcome says fail-open, not lease lost.
+    assert!(!execution.lease_lost);
+    assert_eq!(world.sent("reserve"), 3);
+    assert_eq!(world.runs, 1);
+    assert!(matches!(world.store, Some(Record::Completed { .. })));
+}
