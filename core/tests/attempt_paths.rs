@@ -39,7 +39,8 @@ struct World {
     /// Every command sent, by name, with its time.
     sent: Vec<(&'static str, u64)>,
     runs: u32,
-    lease_seen: Vec<LeaseState>,
+    /// The reservation's state at every poll, with the poll's time.
+    lease_seen: Vec<(u64, LeaseState)>,
 }
 
 impl World {
@@ -57,6 +58,23 @@ impl World {
         }
     }
 
+    /// When the reservation was first seen in `state`.
+    fn saw(&self, state: LeaseState) -> Option<u64> {
+        self.lease_seen
+            .iter()
+            .find(|(_, seen)| *seen == state)
+            .map(|(at, _)| *at)
+    }
+
+    /// When each command called `name` was sent.
+    fn times(&self, name: &str) -> Vec<u64> {
+        self.sent
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
     fn sent(&self, name: &str) -> usize {
         self.sent.iter().filter(|(n, _)| *n == name).count()
     }
@@ -70,7 +88,7 @@ impl World {
                 let (_, result) = self.action.clone().expect("an action that finishes");
                 attempt.handle_action_result(result, now).unwrap();
             }
-            self.lease_seen.push(attempt.lease(now));
+            self.lease_seen.push((self.now, attempt.lease(now)));
             match attempt.poll(now) {
                 Step::Send(command) => {
                     self.sent.push((command.name(), self.now));
@@ -166,8 +184,8 @@ fn a_refused_renewal_marks_the_lease_lost() {
     assert_eq!(execution.record, Recording::Refused(Refusal::NotOwner));
     // I2: the other holder's record is untouched by the stale holder's renew and complete.
     assert_eq!(world.store, Some(someone_else(60_000)));
-    assert!(world.lease_seen.contains(&LeaseState::Held));
-    assert!(world.lease_seen.contains(&LeaseState::Lost));
+    assert!(world.saw(LeaseState::Held).is_some());
+    assert!(world.saw(LeaseState::Lost).is_some());
     // Once refused, the holder stops renewing.
     let renewals_after = world
         .sent
@@ -186,7 +204,9 @@ fn unconfirmed_lease_is_reported_while_renewals_fail() {
         _ => Fault::None,
     });
     let outcome = world.run(&mut attempt(short_lease()));
-    assert!(world.lease_seen.contains(&LeaseState::Unconfirmed));
+    // The machine wakes at the instant the confirmed lease (1 s from the reserve) runs out,
+    // so a driver can tell the action at once, not at the next renewal.
+    assert_eq!(world.saw(LeaseState::Unconfirmed), Some(1_000));
     // Nobody took the key, so the late complete records the result and says the lease ran out.
     let execution = executed(&outcome);
     assert_eq!(execution.record, Recording::Stored);
@@ -261,6 +281,9 @@ fn a_complete_that_fails_every_retry_is_reported_unknown() {
     let outcome = world.run(&mut attempt(options));
     assert_eq!(executed(&outcome).record, Recording::Unknown);
     assert_eq!(world.sent("complete"), 4, "one try and three retries");
+    // Retries back off: each waits at least half the initial backoff (10 ms).
+    let times = world.times("complete");
+    assert!(times.windows(2).all(|w| w[1] >= w[0] + 5), "{times:?}");
     assert_eq!(world.runs, 1);
 }
 
@@ -287,6 +310,8 @@ fn a_release_is_retried_and_its_failure_reported() {
         assert_eq!(live.is_none(), released, "{:?}", world.store);
         if !released {
             assert_eq!(world.sent("release"), 3);
+            let times = world.times("release");
+            assert!(times.windows(2).all(|w| w[1] >= w[0] + 5), "{times:?}");
             let lease_end = world.store.as_ref().map(Record::expires_at).unwrap();
             assert!(lease_end <= Timestamp::from_millis(30_000 + 10));
         }
@@ -550,4 +575,29 @@ fn a_failed_open_result_is_recorded_once_the_store_is_back() {
     assert_eq!(world.sent("reserve"), 3);
     assert_eq!(world.runs, 1);
     assert!(matches!(world.store, Some(Record::Completed { .. })));
+}
+
+#[test]
+fn accessors_report_what_the_attempt_was_made_with() {
+    let options = Options::builder().store_retries(4).build().unwrap();
+    let mut a = attempt(options.clone());
+    assert_eq!(a.options(), &options);
+    assert_eq!(a.owner(), OwnerToken::from_u128(1));
+    assert_eq!(a.fingerprint(), fp(1));
+    assert_eq!(a.key().as_str(), "order-1");
+    assert_eq!(a.operation().as_str(), "payment.charge");
+    assert!(!a.is_done());
+    World::new().run(&mut a);
+    assert!(a.is_done());
+}
+
+#[test]
+fn an_unprotected_action_has_no_lease_to_report() {
+    let mut world = World::new();
+    world.action = Some((500, ActionResult::Succeeded(Body::new("ch_1"))));
+    world.fault = Box::new(|_, _| Fault::Down);
+    let outcome = world.run(&mut attempt(Options::default()));
+    assert_eq!(executed(&outcome).protection, Protection::FailedOpen);
+    assert!(world.lease_seen.iter().all(|(_, s)| *s == LeaseState::None));
+    assert_eq!(world.sent("renew"), 0);
 }
