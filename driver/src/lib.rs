@@ -116,7 +116,7 @@ pub use idem_core::record;
 pub use idem_core::{
     Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, Operation,
     OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording, Refusal,
-    StoreFailurePolicy,
+    StoreFailurePolicy, Timestamp,
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, StoreErrors};

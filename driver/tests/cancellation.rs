@@ -29,17 +29,13 @@ fn raise() -> Options {
 /// says whether the key is free then.
 async fn drop_mid_action<S: Store>(store: S) -> (bool, Coordinator<S>) {
     let coordinator = Coordinator::new(store, raise()).with_seed(2);
-    let call = {
-        let coordinator = coordinator.clone();
-        tokio::spawn(async move {
-            coordinator
-                .execute(OP, "k", fingerprint("o", 1), |_claim| async {
-                    tokio::time::sleep(Duration::from_secs(3_600)).await;
-                    Ok::<_, ProviderTimeout>(1)
-                })
-                .await
-        })
-    };
+    let call = common::spawn_call(
+        &coordinator,
+        "k",
+        fingerprint("o", 1),
+        Duration::from_secs(3_600),
+        Ok(1),
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
@@ -159,17 +155,13 @@ async fn a_dropped_waiter_sends_nothing_and_leaves_the_holder_alone() {
     let options = Options::builder().build().unwrap();
     let store = FlakyStore::new(MemoryStore::new());
     let coordinator = Coordinator::new(store, options).with_seed(8);
-    let holder = {
-        let coordinator = coordinator.clone();
-        tokio::spawn(async move {
-            coordinator
-                .execute(OP, "k", fingerprint("o", 1), |_claim| async {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    Ok::<_, ProviderTimeout>(1)
-                })
-                .await
-        })
-    };
+    let holder = common::spawn_call(
+        &coordinator,
+        "k",
+        fingerprint("o", 1),
+        Duration::from_secs(2),
+        Ok(1),
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let waiter = {
         let coordinator = coordinator.clone();

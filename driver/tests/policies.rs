@@ -21,19 +21,12 @@ fn hold(
     takes: Duration,
     succeeds: bool,
 ) -> tokio::task::JoinHandle<Result<u32, Error<ProviderTimeout>>> {
-    let coordinator = coordinator.clone();
-    tokio::spawn(async move {
-        coordinator
-            .execute(OP, "k", fingerprint("o", 1), |_claim| async move {
-                tokio::time::sleep(takes).await;
-                if succeeds {
-                    Ok(1)
-                } else {
-                    Err(ProviderTimeout)
-                }
-            })
-            .await
-    })
+    let result = if succeeds {
+        Ok(1)
+    } else {
+        Err(ProviderTimeout)
+    };
+    common::spawn_call(coordinator, "k", fingerprint("o", 1), takes, result)
 }
 
 async fn second_call(

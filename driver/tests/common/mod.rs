@@ -317,6 +317,26 @@ impl Store for Silent {
     }
 }
 
+/// Spawns a call of `payment.charge` under `key` whose action takes `takes`, then returns
+/// `result`.
+pub fn spawn_call<S: Store>(
+    coordinator: &Coordinator<S>,
+    key: &'static str,
+    fingerprint: Fingerprint,
+    takes: Duration,
+    result: Result<u32, ProviderTimeout>,
+) -> tokio::task::JoinHandle<Result<u32, idem::Error<ProviderTimeout>>> {
+    let coordinator = coordinator.clone();
+    tokio::spawn(async move {
+        coordinator
+            .execute("payment.charge", key, fingerprint, |_claim| async move {
+                tokio::time::sleep(takes).await;
+                result
+            })
+            .await
+    })
+}
+
 /// Reads the live record of `key`, as the store sees it now.
 pub async fn read<S: Store>(store: &S, operation: &str, key: &str) -> Option<idem_core::Record> {
     let operation = Operation::new(operation).unwrap();
