@@ -1,0 +1,219 @@
+//! loom: every schedule (up to the preemption bound) of two and three callers on one key,
+//! driving the real attempt machine against the real record machine, with a clock thread
+//! that can make the lease run out between any two steps. Each run is judged against
+//! MODEL.md's invariants; each test prints the number of schedules explored.
+
+use idem_core::{InFlightPolicy, Options, Outcome, StoreFailurePolicy};
+use idem_tests::caller::{Action, CallerPlan, Fault, FaultKind};
+use idem_tests::scenario::{LEASE_MS, model_options};
+use idem_tests::{Exploration, History, Scenario, Variant, loom_explore};
+
+fn options() -> Options {
+    model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)
+        .expect("model options are valid")
+}
+
+fn caller() -> CallerPlan {
+    CallerPlan::new(0, 0, options())
+}
+
+fn one_key(callers: Vec<CallerPlan>) -> Scenario {
+    Scenario {
+        variant: Variant::Correct,
+        keys: 1,
+        callers,
+        clock_ticks: vec![LEASE_MS],
+    }
+}
+
+fn passes(
+    name: &str,
+    scenario: &Scenario,
+    bound: usize,
+    expect: Option<idem_tests::explore::Expectation>,
+) -> Exploration {
+    let exploration = loom_explore(scenario, bound, expect);
+    println!(
+        "{name}: {} schedules at preemption bound {bound}, {} threads",
+        exploration.schedules,
+        scenario.callers.len() + 1 + usize::from(!scenario.clock_ticks.is_empty())
+    );
+    if let Some(counterexample) = &exploration.counterexample {
+        panic!("{name}: {counterexample}");
+    }
+    if let Some(failure) = &exploration.failure {
+        panic!("{name}: {failure}");
+    }
+    assert!(
+        exploration.schedules > 1,
+        "{name}: explored only one schedule"
+    );
+    exploration
+}
+
+/// Every caller's last attempt got an answer it can act on: the action ran (once, or with
+/// the reason it may have run twice), or the result was replayed.
+fn everyone_answered(history: &History) -> Result<(), String> {
+    let mut last: Vec<(usize, &Outcome)> = Vec::new();
+    for (event, outcome) in history.outcomes() {
+        last.retain(|(caller, _)| *caller != event.who.caller);
+        last.push((event.who.caller, outcome));
+    }
+    match last
+        .iter()
+        .find(|(_, outcome)| !matches!(outcome, Outcome::Executed(_) | Outcome::Replayed { .. }))
+    {
+        Some((caller, outcome)) => Err(format!("caller {caller} ended {outcome:?}")),
+        None => Ok(()),
+    }
+}
+
+#[test]
+fn loom_two_callers_overlap() {
+    passes(
+        "loom_two_callers_overlap",
+        &one_key(vec![caller(), caller()]),
+        3,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_callers_holder_crashes() {
+    let mut holder = caller();
+    holder.actions = vec![Action::Crash];
+    passes(
+        "loom_two_callers_holder_crashes",
+        &one_key(vec![holder, caller()]),
+        3,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_callers_action_fails_then_retry_runs() {
+    let mut failing = caller();
+    failing.actions = vec![Action::Fail, Action::Succeed];
+    failing.attempts = 2;
+    passes(
+        "loom_two_callers_action_fails_then_retry_runs",
+        &one_key(vec![failing, caller()]),
+        2,
+        Some(everyone_answered),
+    );
+}
+
+#[test]
+fn loom_two_callers_slow_holder_renews() {
+    let mut slow = caller();
+    slow.action_wakeups = 3;
+    passes(
+        "loom_two_callers_slow_holder_renews",
+        &one_key(vec![slow, caller()]),
+        2,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_callers_lost_replies() {
+    let mut unlucky = caller();
+    unlucky.faults = vec![
+        Fault {
+            attempt: 0,
+            command: "reserve",
+            nth: 0,
+            kind: FaultKind::ReplyLost,
+        },
+        Fault {
+            attempt: 0,
+            command: "complete",
+            nth: 0,
+            kind: FaultKind::ReplyLost,
+        },
+    ];
+    passes(
+        "loom_two_callers_lost_replies",
+        &one_key(vec![unlucky, caller()]),
+        2,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_callers_fail_open() {
+    let mut cut_off = caller();
+    cut_off.faults = (0..2)
+        .map(|nth| Fault {
+            attempt: 0,
+            command: "reserve",
+            nth,
+            kind: FaultKind::Unreachable,
+        })
+        .collect();
+    passes(
+        "loom_two_callers_fail_open",
+        &one_key(vec![cut_off, caller()]),
+        3,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_requests_share_a_key() {
+    let other = CallerPlan::new(0, 1, options());
+    passes(
+        "loom_two_requests_share_a_key",
+        &one_key(vec![caller(), other]),
+        3,
+        None,
+    );
+}
+
+#[test]
+fn loom_two_callers_raise() {
+    let raise = model_options(InFlightPolicy::Raise, StoreFailurePolicy::FailOpen).expect("valid");
+    let scenario = one_key(vec![
+        CallerPlan::new(0, 0, raise.clone()),
+        CallerPlan::new(0, 0, raise),
+    ]);
+    passes("loom_two_callers_raise", &scenario, 3, None);
+}
+
+#[test]
+fn loom_two_callers_skewed_clocks_correct_store() {
+    let mut ahead = caller();
+    ahead.skew_ms = 1_500;
+    let mut behind = caller();
+    behind.skew_ms = -700;
+    passes(
+        "loom_two_callers_skewed_clocks_correct_store",
+        &one_key(vec![ahead, behind]),
+        2,
+        None,
+    );
+}
+
+#[test]
+fn loom_three_callers() {
+    passes(
+        "loom_three_callers",
+        &one_key(vec![caller(), caller(), caller()]),
+        2,
+        None,
+    );
+}
+
+#[test]
+fn loom_three_callers_crash_and_failure() {
+    let mut crashing = caller();
+    crashing.actions = vec![Action::Crash];
+    let mut failing = caller();
+    failing.actions = vec![Action::Fail];
+    passes(
+        "loom_three_callers_crash_and_failure",
+        &one_key(vec![crashing, failing, caller()]),
+        2,
+        None,
+    );
+}
