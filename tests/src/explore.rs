@@ -13,6 +13,7 @@ use shuttle::scheduler::{PctScheduler, RandomScheduler, ReplayScheduler, Schedul
 use shuttle::{Config, FailurePersistence, Runner};
 
 use crate::check::Counterexample;
+use crate::coverage::Coverage;
 use crate::history::History;
 use crate::platform::{Loom, Platform, Shuttle};
 use crate::scenario::Scenario;
@@ -27,6 +28,8 @@ pub struct Exploration {
     pub schedules: usize,
     /// The first counterexample, if a run broke a rule.
     pub counterexample: Option<Box<Counterexample>>,
+    /// What the passing runs exercised, summed.
+    pub coverage: Coverage,
     /// The message of a panic that was not a counterexample (an expectation missed, or a
     /// checker's own failure such as loom's branch limit), if any.
     pub failure: Option<String>,
@@ -43,6 +46,7 @@ impl Exploration {
 #[derive(Debug, Default)]
 struct Tally {
     schedules: AtomicUsize,
+    coverage: Mutex<Coverage>,
     counterexample: Mutex<Option<Box<Counterexample>>>,
 }
 
@@ -53,6 +57,9 @@ impl Tally {
         self.schedules.fetch_add(1, Ordering::Relaxed);
         match scenario.check::<P>() {
             Ok(history) => {
+                if let Ok(mut coverage) = self.coverage.lock() {
+                    coverage.add(&Coverage::of(&history));
+                }
                 if let Some(Err(miss)) = expect.map(|expect| expect(&history)) {
                     panic!("expectation missed: {miss}\nhistory:\n{history}");
                 }
@@ -80,6 +87,7 @@ impl Tally {
         };
         Exploration {
             schedules: self.schedules.load(Ordering::Relaxed),
+            coverage: self.coverage.lock().map(|c| *c).unwrap_or_default(),
             counterexample,
             failure,
         }

@@ -7,6 +7,8 @@
 //!   outcomes), stamped with the store's logical clock, and its readable explanation.
 //! - [`check`]: the pure judge of a history against MODEL.md's invariants (`I1`..`I11`) and
 //!   the effect count they allow (`I7`).
+//! - [`coverage`]: what a set of runs exercised, so a passing test shows it reached the
+//!   paths it claims to check.
 //! - [`variant`]: the store as it is (`record::apply`) and the known bugs of other
 //!   implementations, built around it here, never in the library.
 //! - [`world`]: the shared state behind the checker's lock: the records, the provider (the
@@ -19,6 +21,7 @@
 
 pub mod caller;
 pub mod check;
+pub mod coverage;
 pub mod explore;
 pub mod history;
 pub mod platform;
@@ -28,6 +31,7 @@ pub mod world;
 
 pub use caller::{Action, CallerPlan, Fault, FaultKind};
 pub use check::{Counterexample, Invariant, Violation, check_run};
+pub use coverage::Coverage;
 pub use explore::{Exploration, ShuttleSchedules, loom_explore, shuttle_explore, shuttle_replay};
 pub use history::{AttemptId, Event, EventKind, History};
 pub use platform::{Loom, Platform, Shuttle};

@@ -32,12 +32,9 @@ pub struct Provider {
 impl Provider {
     /// Charges the card and returns the provider's answer.
     pub fn charge(&mut self, key: usize, charge_id: OwnerToken) -> Vec<u8> {
-        let body = format!(
-            "charge-{}-key{key}-n{}",
-            charge_id.as_u128(),
-            self.statement.len()
-        )
-        .into_bytes();
+        let by = AttemptId::of_owner(charge_id)
+            .map_or_else(|| charge_id.to_string(), |who| who.to_string());
+        let body = format!("ch_{}_{by}", self.statement.len()).into_bytes();
         self.statement.push(Charge {
             key,
             charge_id,

@@ -26,11 +26,14 @@ fn one_key(callers: Vec<CallerPlan>) -> Scenario {
     }
 }
 
+/// Explores `scenario`, asserts every schedule passed, and that the schedules reached each
+/// path named in `reaches` (see `Coverage::counts`).
 fn passes(
     name: &str,
     scenario: &Scenario,
     bound: usize,
     expect: Option<idem_tests::explore::Expectation>,
+    reaches: &[&'static str],
 ) -> Exploration {
     let exploration = loom_explore(scenario, bound, expect);
     println!(
@@ -47,6 +50,12 @@ fn passes(
     assert!(
         exploration.schedules > 1,
         "{name}: explored only one schedule"
+    );
+    println!("{name}: {}", exploration.coverage);
+    let missing = exploration.coverage.missing_of(reaches);
+    assert!(
+        missing.is_empty(),
+        "{name}: no schedule reached {missing:?}"
     );
     exploration
 }
@@ -75,6 +84,13 @@ fn loom_two_callers_overlap() {
         &one_key(vec![caller(), caller()]),
         3,
         None,
+        &[
+            "executed",
+            "replayed",
+            "lease_lost",
+            "takeovers",
+            "repeated_effects",
+        ],
     );
 }
 
@@ -87,6 +103,7 @@ fn loom_two_callers_holder_crashes() {
         &one_key(vec![holder, caller()]),
         3,
         None,
+        &["crashes", "takeovers", "executed", "replayed"],
     );
 }
 
@@ -100,6 +117,7 @@ fn loom_two_callers_action_fails_then_retry_runs() {
         &one_key(vec![failing, caller()]),
         2,
         Some(everyone_answered),
+        &["action_failed", "executed", "replayed"],
     );
 }
 
@@ -112,6 +130,7 @@ fn loom_two_callers_slow_holder_renews() {
         &one_key(vec![slow, caller()]),
         2,
         None,
+        &["renewals", "lease_lost", "replayed"],
     );
 }
 
@@ -137,6 +156,7 @@ fn loom_two_callers_lost_replies() {
         &one_key(vec![unlucky, caller()]),
         2,
         None,
+        &["lost_replies", "executed", "replayed", "lease_lost"],
     );
 }
 
@@ -156,6 +176,29 @@ fn loom_two_callers_fail_open() {
         &one_key(vec![cut_off, caller()]),
         3,
         None,
+        &["failed_open", "repeated_effects"],
+    );
+}
+
+#[test]
+fn loom_two_callers_fail_closed() {
+    let closed =
+        model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailClosed).expect("valid");
+    let mut cut_off = CallerPlan::new(0, 0, closed);
+    cut_off.faults = (0..2)
+        .map(|nth| Fault {
+            attempt: 0,
+            command: "reserve",
+            nth,
+            kind: FaultKind::Unreachable,
+        })
+        .collect();
+    passes(
+        "loom_two_callers_fail_closed",
+        &one_key(vec![cut_off, caller()]),
+        3,
+        None,
+        &["store_unavailable", "executed"],
     );
 }
 
@@ -167,6 +210,7 @@ fn loom_two_requests_share_a_key() {
         &one_key(vec![caller(), other]),
         3,
         None,
+        &["key_reuse", "executed"],
     );
 }
 
@@ -177,7 +221,13 @@ fn loom_two_callers_raise() {
         CallerPlan::new(0, 0, raise.clone()),
         CallerPlan::new(0, 0, raise),
     ]);
-    passes("loom_two_callers_raise", &scenario, 3, None);
+    passes(
+        "loom_two_callers_raise",
+        &scenario,
+        3,
+        None,
+        &["in_progress", "replayed", "executed"],
+    );
 }
 
 #[test]
@@ -191,6 +241,7 @@ fn loom_two_callers_skewed_clocks_correct_store() {
         &one_key(vec![ahead, behind]),
         2,
         None,
+        &["executed", "replayed", "takeovers"],
     );
 }
 
@@ -201,6 +252,7 @@ fn loom_three_callers() {
         &one_key(vec![caller(), caller(), caller()]),
         2,
         None,
+        &["executed", "replayed", "takeovers", "lease_lost"],
     );
 }
 
@@ -215,5 +267,6 @@ fn loom_three_callers_crash_and_failure() {
         &one_key(vec![crashing, failing, caller()]),
         2,
         None,
+        &["crashes", "action_failed", "takeovers", "executed"],
     );
 }
