@@ -9,13 +9,17 @@
 
 use idem_core::record::Reply;
 use idem_core::{
-    ActionResult, Attempt, Body, Execution, Fingerprint, Key, Operation, Options, Outcome,
-    Protection, Recording, Step, Timestamp,
+    ActionResult, Attempt, Body, Execution, Fingerprint, Key, LeaseState, Operation, Options,
+    Outcome, Protection, Recording, Step, Timestamp,
 };
 
 use crate::history::{AttemptId, EventKind};
 use crate::platform::Platform;
 use crate::world::Delivery;
+
+/// How far every caller's clock is ahead of the store's before its skew: callers count
+/// from an epoch of their own, and skews stay well inside it, so no clock saturates.
+pub const CALLER_EPOCH_MS: u64 = 10_000;
 
 /// The most polls one attempt may take before the run calls it stuck.
 pub const MAX_STEPS: usize = 400;
@@ -67,7 +71,8 @@ pub struct CallerPlan {
     pub actions: Vec<Action>,
     /// How many timer wake-ups the action spans: with two or more the holder renews.
     pub action_wakeups: u32,
-    /// How far the caller's clock is ahead of the store's (negative: behind), in ms.
+    /// How far the caller's clock is ahead of the store's (negative: behind), in ms, beyond
+    /// the callers' common epoch; within ±[`CALLER_EPOCH_MS`].
     pub skew_ms: i64,
     /// Injected store failures.
     pub faults: Vec<Fault>,
@@ -117,14 +122,20 @@ impl CallerPlan {
         }
     }
 
-    /// The caller's clock when the store's reads `store`.
+    /// The caller's clock when the store's reads `store`: its own epoch
+    /// ([`CALLER_EPOCH_MS`] after the store's), plus its skew. The two clocks are never
+    /// mixed (MODEL.md, "Time"), so a wrong mix shows up as a violation.
     fn caller_clock(&self, store: u64) -> u64 {
-        store.saturating_add_signed(self.skew_ms)
+        store
+            .saturating_add(CALLER_EPOCH_MS)
+            .saturating_add_signed(self.skew_ms)
     }
 
     /// The store's clock when the caller's reads `caller`.
     fn store_clock(&self, caller: u64) -> u64 {
-        caller.saturating_add_signed(self.skew_ms.saturating_neg())
+        caller
+            .saturating_sub(CALLER_EPOCH_MS)
+            .saturating_add_signed(self.skew_ms.saturating_neg())
     }
 }
 
@@ -196,6 +207,17 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
     );
     let mut sent: Vec<(&'static str, u32)> = Vec::new();
     let mut running: Option<Running> = None;
+    // The latest store time at which the machine said its lease was held, not yet written
+    // down: it goes into the history with the caller's next locked step, so checking it
+    // adds no step of its own to the schedules.
+    let mut believed: Option<u64> = None;
+    let belief = |w: &mut crate::world::World, held_at: Option<u64>| {
+        if let Some(held_at) = held_at {
+            // Stamped with the time it speaks of: reading the clock here would add a step.
+            let kind = EventKind::BelievedHeld { held_at };
+            w.note(who, key, fingerprint, held_at, kind);
+        }
+    };
     for _ in 0..MAX_STEPS {
         if let Some(action) = running.take_if(|r| r.wakeups_left == 0)
             && let Err(error) = attempt.handle_action_result(action.result, caller_now(store_time))
@@ -203,7 +225,11 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
             note(store_time, EventKind::Protocol(error.to_string()));
             return Next::Stop;
         }
-        match attempt.poll(caller_now(store_time)) {
+        let step = attempt.poll(caller_now(store_time));
+        if attempt.lease(caller_now(store_time)) == LeaseState::Held {
+            believed = Some(store_time);
+        }
+        match step {
             Step::Send(command) => {
                 let name = command.name();
                 // How many of this command were sent before this one.
@@ -218,17 +244,11 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
                     }
                 };
                 let delivery = plan.delivery(who.attempt, name, nth);
+                let held_at = believed.take();
                 let (reply, at) = P::with(&shared.world, |w| {
+                    belief(w, held_at);
                     let at = P::now(&shared.clock);
-                    let reply = w.store(
-                        who,
-                        key,
-                        fingerprint,
-                        command,
-                        at,
-                        plan.caller_clock(at),
-                        delivery,
-                    );
+                    let reply = w.store(who, key, fingerprint, command, at, plan.skew_ms, delivery);
                     (reply, at)
                 });
                 store_time = at;
@@ -243,7 +263,9 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
             }
             Step::Run => {
                 let action = plan.action(who.attempt);
+                let held_at = believed.take();
                 let (result, at) = P::with(&shared.world, |w| {
+                    belief(w, held_at);
                     let at = P::now(&shared.clock);
                     let result = match action {
                         Action::Succeed | Action::Crash => {
@@ -293,7 +315,9 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
                     | Outcome::StoreUnavailable => Next::Retry,
                     _ => Next::Stop,
                 };
+                let held_at = believed.take();
                 P::with(&shared.world, |w| {
+                    belief(w, held_at);
                     let at = P::now(&shared.clock);
                     w.finish(who, key, fingerprint, at, outcome);
                 });
@@ -324,7 +348,7 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
             fingerprint,
             idem_core::Command::Read,
             at,
-            at,
+            plan.skew_ms,
             Delivery::Normal,
         );
         match reply {
@@ -362,7 +386,15 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
                     retention: options.retention(),
                 };
                 for command in [reserve, complete] {
-                    let _ = w.store(who, key, fingerprint, command, at, at, Delivery::Normal);
+                    let _ = w.store(
+                        who,
+                        key,
+                        fingerprint,
+                        command,
+                        at,
+                        plan.skew_ms,
+                        Delivery::Normal,
+                    );
                 }
                 Outcome::Executed(Execution {
                     protection: Protection::Reserved,

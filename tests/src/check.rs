@@ -15,7 +15,7 @@ use std::fmt;
 use idem_core::record::{Command, Completion, Record, Reply};
 use idem_core::{Outcome, Protection, Recording, Timestamp};
 
-use crate::history::{AttemptId, Event, EventKind, History};
+use crate::history::{AttemptId, Event, EventKind, History, ShortRecord};
 
 /// A rule of MODEL.md (or of the harness itself) that a run can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,6 +45,10 @@ pub enum Invariant {
     I10,
     /// Reserve is idempotent for its owner.
     I11,
+    /// The attempt machine says its lease is held (`LeaseState::Held`) only while the store
+    /// holds that attempt's live reservation (MODEL.md, the attempt machine, step 2): a
+    /// driver that tells its action "you still hold the key" must be telling the truth.
+    LeaseView,
     /// Every caller that did not crash gets an outcome.
     Liveness,
     /// The driver never feeds the machine an input it refuses.
@@ -136,6 +140,9 @@ pub fn check_run(history: &History) -> Result<(), Counterexample> {
                 },
                 &mut found,
             ),
+            EventKind::BelievedHeld { held_at } => {
+                lease_view(history, index, event, *held_at, &mut found);
+            }
             EventKind::Stuck(why) => found.push(Violation {
                 invariant: Invariant::Liveness,
                 event: Some(index),
@@ -209,11 +216,15 @@ fn store_step(
         Command::Complete { .. } | Command::Renew { .. } | Command::Release { .. }
     );
     if let Some(record) = live {
-        if fenced && record.owner() != owner && changed {
+        let succeeded = matches!(
+            step.reply,
+            Reply::Renewed(_) | Reply::Released | Reply::Completed(_)
+        );
+        if fenced && record.owner() != owner && (changed || succeeded) {
             violate(
                 Invariant::I2,
                 format!(
-                    "{} ({}) changed the live record of {}",
+                    "{} ({}) changed, or was told it changed, the live record of {}",
                     event.who,
                     step.command.name(),
                     label(record.owner())
@@ -310,6 +321,40 @@ fn store_step(
         && changed
     {
         recorded_result(history, index, *by, body.as_ref(), &mut violate);
+    }
+}
+
+/// `LeaseView`: when the attempt's machine said its lease was held, at store time
+/// `held_at`, the key held the attempt's own reservation, live past `held_at`.
+fn lease_view(
+    history: &History,
+    index: usize,
+    event: &Event,
+    held_at: u64,
+    found: &mut Vec<Violation>,
+) {
+    let earlier = history.events.get(..index).unwrap_or_default();
+    let state = earlier
+        .iter()
+        .rev()
+        .filter(|e| e.key == event.key && e.at <= held_at)
+        .find_map(|e| match &e.kind {
+            EventKind::Store { after, .. } => Some(after.as_ref()),
+            _ => None,
+        })
+        .flatten();
+    let holds = matches!(state, Some(record @ Record::Pending { .. })
+        if record.owner() == event.who.owner() && !record.is_expired(Timestamp::from_millis(held_at)));
+    if !holds {
+        found.push(Violation {
+            invariant: Invariant::LeaseView,
+            event: Some(index),
+            detail: format!(
+                "{}'s machine said its lease was held at t+{held_at}, but the key then held {}",
+                event.who,
+                ShortRecord(&state.cloned())
+            ),
+        });
     }
 }
 

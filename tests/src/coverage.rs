@@ -38,6 +38,8 @@ pub struct Coverage {
     pub takeovers: u64,
     /// Store replies lost after the command was applied.
     pub lost_replies: u64,
+    /// Times an attempt's machine said its lease was held (each checked against the store).
+    pub lease_views: u64,
     /// Keys charged more than once in a run (each excused, or the run failed).
     pub repeated_effects: u64,
 }
@@ -64,6 +66,7 @@ impl Coverage {
                     Outcome::StoreUnavailable => c.store_unavailable += 1,
                 },
                 EventKind::Crashed => c.crashes += 1,
+                EventKind::BelievedHeld { .. } => c.lease_views += 1,
                 EventKind::Store {
                     reply: Some(reply),
                     before,
@@ -107,11 +110,12 @@ impl Coverage {
         self.renewals += other.renewals;
         self.takeovers += other.takeovers;
         self.lost_replies += other.lost_replies;
+        self.lease_views += other.lease_views;
         self.repeated_effects += other.repeated_effects;
     }
 
     /// Every count, by name.
-    pub fn counts(&self) -> [(&'static str, u64); 13] {
+    pub fn counts(&self) -> [(&'static str, u64); 14] {
         [
             ("executed", self.executed),
             ("replayed", self.replayed),
@@ -125,6 +129,7 @@ impl Coverage {
             ("renewals", self.renewals),
             ("takeovers", self.takeovers),
             ("lost_replies", self.lost_replies),
+            ("lease_views", self.lease_views),
             ("repeated_effects", self.repeated_effects),
         ]
     }
@@ -149,7 +154,7 @@ impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} runs: executed {}, replayed {}, key reuse {}, in progress {}, action failed {}, store unavailable {}, failed open {}, lease lost {}, crashes {}, renewals {}, takeovers {}, lost replies {}, keys charged twice {}",
+            "{} runs: executed {}, replayed {}, key reuse {}, in progress {}, action failed {}, store unavailable {}, failed open {}, lease lost {}, crashes {}, renewals {}, takeovers {}, lost replies {}, lease views {}, keys charged twice {}",
             self.runs,
             self.executed,
             self.replayed,
@@ -163,6 +168,7 @@ impl fmt::Display for Coverage {
             self.renewals,
             self.takeovers,
             self.lost_replies,
+            self.lease_views,
             self.repeated_effects
         )
     }

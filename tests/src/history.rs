@@ -42,7 +42,8 @@ impl fmt::Display for AttemptId {
 /// One thing that happened.
 #[derive(Debug, Clone)]
 pub struct Event {
-    /// The store's logical clock, in milliseconds, when it happened.
+    /// The store's logical clock, in milliseconds, when it happened (for
+    /// [`EventKind::BelievedHeld`], the time it speaks of).
     pub at: u64,
     /// Who did it.
     pub who: AttemptId,
@@ -80,6 +81,12 @@ pub enum EventKind {
     },
     /// The action ran and was declined: no effect, a failure for the caller.
     Declined,
+    /// The attempt's machine said its lease was held (`LeaseState::Held`) when the store's
+    /// clock read `held_at` (written down with the caller's next step).
+    BelievedHeld {
+        /// The store's clock when the machine said so.
+        held_at: u64,
+    },
     /// The caller crashed while its action ran: it never completes or releases.
     Crashed,
     /// The attempt ended with this outcome.
@@ -174,6 +181,9 @@ impl fmt::Display for Explain<'_> {
             }
             EventKind::Declined => write!(f, "action declined (failed, no effect)"),
             EventKind::Crashed => write!(f, "CRASHED mid-action"),
+            EventKind::BelievedHeld { held_at } => {
+                write!(f, "(its machine said at t+{held_at}: lease held)")
+            }
             EventKind::Finished(outcome) => write!(f, "outcome {}", ShortOutcome(outcome)),
             EventKind::Stuck(why) => write!(f, "STUCK: {why}"),
             EventKind::Protocol(why) => write!(f, "PROTOCOL ERROR: {why}"),
@@ -246,7 +256,8 @@ impl fmt::Display for ShortReply<'_> {
     }
 }
 
-struct ShortRecord<'a>(&'a Option<Record>);
+/// A record (or an absent key) written for a person.
+pub(crate) struct ShortRecord<'a>(pub(crate) &'a Option<Record>);
 
 impl fmt::Display for ShortRecord<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

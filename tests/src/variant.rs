@@ -47,16 +47,17 @@ impl Variant {
     }
 
     /// One store step: the reply to `command` on `stored`. `store_now` is the store's clock,
-    /// `caller_now` the sending caller's (only [`Variant::SkewedClock`] looks at it).
+    /// `skewed_now` the store's clock as the sending caller's skewed clock reads it (only
+    /// [`Variant::SkewedClock`] looks at it).
     pub fn step(
         self,
         stored: Option<&Record>,
         command: Command,
         store_now: Timestamp,
-        caller_now: Timestamp,
+        skewed_now: Timestamp,
     ) -> Transition {
         match (self, &command) {
-            (Variant::SkewedClock, _) => apply(stored, command, caller_now),
+            (Variant::SkewedClock, _) => apply(stored, command, skewed_now),
             (Variant::CompleteWithoutOwnerCheck, Command::Complete { owner, .. })
             | (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner }) => {
                 let seen = stored.map(|record| as_reservation_of(record, *owner));

@@ -86,6 +86,8 @@ impl World {
     }
 
     /// Applies `command` to `key` at the store's `store_now` and records the step.
+    /// `skew_ms` is how far the sender's clock is off the store's; only
+    /// [`Variant::SkewedClock`] uses it.
     #[allow(clippy::too_many_arguments)]
     pub fn store(
         &mut self,
@@ -94,7 +96,7 @@ impl World {
         fingerprint: Fingerprint,
         command: Command,
         store_now: u64,
-        caller_now: u64,
+        skew_ms: i64,
         delivery: Delivery,
     ) -> Option<Reply> {
         let before = self.records.get(key).cloned().flatten();
@@ -105,7 +107,7 @@ impl World {
                 before.as_ref(),
                 command.clone(),
                 Timestamp::from_millis(store_now),
-                Timestamp::from_millis(caller_now),
+                Timestamp::from_millis(store_now.saturating_add_signed(skew_ms)),
             );
             self.records
                 .get_mut(key)

@@ -1,7 +1,7 @@
 //! The judge itself, on histories written by hand: each rule it checks is broken once, in
 //! the smallest history that breaks it, and the judge must name that rule; the history that
 //! keeps the rules passes. This shows every check can fail, including the ones no broken
-//! store variant reaches (`I4`, `I5`, `I6`, `I9`, `I10`, `I11`, liveness).
+//! store variant reaches (`I4`, `I5`, `I6`, `I9`, `I10`, `I11`, the lease view, liveness).
 
 use std::time::Duration;
 
@@ -424,4 +424,13 @@ fn liveness_a_caller_that_never_finishes() {
     Story::default()
         .event(0, A, EventKind::Stuck("no outcome".into()))
         .breaks(Invariant::Liveness);
+}
+
+#[test]
+fn lease_view_held_after_the_store_let_it_run_out() {
+    Story::default()
+        .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+        .charge(10, A, "a")
+        .event(1_200, A, EventKind::BelievedHeld { held_at: 1_200 })
+        .breaks(Invariant::LeaseView);
 }

@@ -46,7 +46,10 @@ fn loom_finds_release_without_owner_check() {
 
 #[test]
 fn loom_finds_renew_without_owner_check() {
-    finds(Variant::RenewWithoutOwnerCheck, &[Invariant::I2]);
+    finds(
+        Variant::RenewWithoutOwnerCheck,
+        &[Invariant::I2, Invariant::LeaseView],
+    );
 }
 
 #[test]

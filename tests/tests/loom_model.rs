@@ -149,6 +149,7 @@ fn loom_two_callers_slow_holder_renews() {
 #[test]
 fn loom_two_callers_lost_replies() {
     let mut unlucky = caller();
+    unlucky.action_wakeups = 2;
     unlucky.faults = vec![
         Fault {
             attempt: 0,
@@ -168,7 +169,35 @@ fn loom_two_callers_lost_replies() {
         &one_key(vec![unlucky, caller()]),
         3,
         None,
-        &["lost_replies", "executed", "replayed", "lease_lost"],
+        &[
+            "lost_replies",
+            "executed",
+            "replayed",
+            "lease_lost",
+            "lease_views",
+        ],
+    );
+}
+
+/// A reserve whose reply is lost is retried with the same token and gets the same
+/// reservation back (`I11`); the machine must count that lease from the first send, or it
+/// tells a slow action its lease is held after the store let it run out (`LeaseView`).
+#[test]
+fn loom_two_callers_lost_reserve_reply_slow_action() {
+    let mut unlucky = caller();
+    unlucky.action_wakeups = 2;
+    unlucky.faults = vec![Fault {
+        attempt: 0,
+        command: "reserve",
+        nth: 0,
+        kind: FaultKind::ReplyLost,
+    }];
+    passes(
+        "loom_two_callers_lost_reserve_reply_slow_action",
+        &one_key(vec![unlucky, caller()]),
+        3,
+        None,
+        &["lost_replies", "lease_views", "renewals", "takeovers"],
     );
 }
 

@@ -125,7 +125,10 @@ fn shuttle_finds_release_without_owner_check() {
 
 #[test]
 fn shuttle_finds_renew_without_owner_check() {
-    finds(Variant::RenewWithoutOwnerCheck, &[Invariant::I2]);
+    finds(
+        Variant::RenewWithoutOwnerCheck,
+        &[Invariant::I2, Invariant::LeaseView],
+    );
 }
 
 #[test]
