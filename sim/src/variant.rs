@@ -1,0 +1,236 @@
+//! DELIBERATELY BROKEN store behaviours, for checking the checker.
+//!
+//! Nothing here is how idem works. Each [`Variant`] other than [`Variant::Correct`] is a
+//! bug that real idempotency libraries have shipped (see `NOTES.md`, "What the peers get
+//! wrong"); the simulation runs its store with one of them so that the tests in
+//! `sim/tests/` (and `idem-sim explore --variant X`) can show that the invariant checks
+//! catch it. A checker that never fails checks nothing.
+//!
+//! The correct store is `idem_core::record::apply` itself; every broken variant is a thin
+//! wrapper that changes one decision and otherwise defers to it.
+
+use std::str::FromStr;
+
+use idem_core::record::{self, Transition, Write};
+use idem_core::{
+    Body, Command, Completion, Fingerprint, OwnerToken, Record, Reply, Reservation, Timestamp,
+};
+
+use crate::tally::{Class, UnknownName, parse_name};
+
+/// Which store behaviour a run uses: the real record machine, or one deliberately broken
+/// variant of it (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Variant {
+    /// `idem_core::record::apply`, unchanged.
+    #[default]
+    Correct,
+    /// BROKEN: a result cache. Reserve never claims the key (it grants every caller that
+    /// finds no result), complete stores the first result and keeps it, and the service
+    /// answers with whatever result is stored. Charges twice when a retry arrives while
+    /// the first attempt runs.
+    ResultCache,
+    /// BROKEN: complete without the owner check. A stale holder overwrites the record of
+    /// the holder that took over (`I2`, `I3`).
+    CompleteWithoutOwnerCheck,
+    /// BROKEN: release without the owner check. A stale holder whose action failed deletes
+    /// the live record of another holder (`I2`).
+    ReleaseWithoutOwnerCheck,
+    /// BROKEN: renew without the owner check. A stale holder extends (or, on a completed
+    /// record, shortens) another holder's record, and believes it still holds the key
+    /// (`I2`, `I3`).
+    RenewWithoutOwnerCheck,
+    /// BROKEN: expiry judged by the caller's clock instead of the store's. A caller whose
+    /// clock runs ahead takes over a live reservation (`I1`); one whose clock runs behind
+    /// is answered from an expired record (`I9`).
+    CallerClockExpiry,
+}
+
+impl Variant {
+    /// Every variant, the correct one first.
+    pub const ALL: [Variant; 6] = [
+        Variant::Correct,
+        Variant::ResultCache,
+        Variant::CompleteWithoutOwnerCheck,
+        Variant::ReleaseWithoutOwnerCheck,
+        Variant::RenewWithoutOwnerCheck,
+        Variant::CallerClockExpiry,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Correct => "correct",
+            Variant::ResultCache => "result-cache",
+            Variant::CompleteWithoutOwnerCheck => "complete-without-owner-check",
+            Variant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
+            Variant::RenewWithoutOwnerCheck => "renew-without-owner-check",
+            Variant::CallerClockExpiry => "caller-clock-expiry",
+        }
+    }
+
+    /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).
+    pub fn judges_by_caller_clock(self) -> bool {
+        self == Variant::CallerClockExpiry
+    }
+
+    /// Whether the service answers an executed request with the stored result rather than
+    /// its own (the result cache returns the winner of the write race).
+    pub fn answers_from_store(self) -> bool {
+        self == Variant::ResultCache
+    }
+
+    /// One step of this variant's store: for [`Variant::Correct`] exactly
+    /// `record::apply(stored, command, now)`.
+    pub fn apply(self, stored: Option<&Record>, command: Command, now: Timestamp) -> Transition {
+        let live = stored.filter(|record| !record.is_expired(now));
+        match (self, command) {
+            (Variant::ResultCache, command) => result_cache(live, command, now)
+                .unwrap_or_else(|command| record::apply(stored, command, now)),
+            (
+                Variant::CompleteWithoutOwnerCheck,
+                Command::Complete {
+                    owner,
+                    fingerprint,
+                    body,
+                    retention,
+                },
+            ) if live.is_some_and(|record| record.owner() != owner) => {
+                record_result(owner, fingerprint, body, retention, now)
+            }
+            (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner })
+                if live.is_some_and(|record| record.owner() != owner) =>
+            {
+                Transition {
+                    reply: Reply::Released,
+                    write: Write::Delete,
+                }
+            }
+            (Variant::RenewWithoutOwnerCheck, Command::Renew { owner, lease })
+                if live.is_some_and(|record| record.owner() != owner) =>
+            {
+                let lease_until = now.saturating_add(lease);
+                let extended = match live {
+                    Some(Record::Pending {
+                        owner: holder,
+                        fingerprint,
+                        ..
+                    }) => Record::Pending {
+                        owner: *holder,
+                        fingerprint: *fingerprint,
+                        lease_until,
+                    },
+                    Some(Record::Completed {
+                        owner: holder,
+                        fingerprint,
+                        body,
+                        ..
+                    }) => Record::Completed {
+                        owner: *holder,
+                        fingerprint: *fingerprint,
+                        body: body.clone(),
+                        expires_at: lease_until,
+                    },
+                    None => return record::apply(stored, Command::Renew { owner, lease }, now),
+                };
+                Transition {
+                    reply: Reply::Renewed(Reservation { owner, lease_until }),
+                    write: Write::Put(extended),
+                }
+            }
+            (_, command) => record::apply(stored, command, now),
+        }
+    }
+}
+
+/// An unconditional write of a result, answered as if it were in time: what a store does
+/// when it does not check who holds the key.
+fn record_result(
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    body: Option<Body>,
+    retention: std::time::Duration,
+    now: Timestamp,
+) -> Transition {
+    Transition {
+        reply: Reply::Completed(Completion::InTime),
+        write: Write::Put(Record::Completed {
+            owner,
+            fingerprint,
+            body,
+            expires_at: now.saturating_add(retention),
+        }),
+    }
+}
+
+/// The result cache's store: `Ok` with its own transition, or `Err` with the command
+/// handed back when it behaves like the record machine (reads).
+fn result_cache(
+    live: Option<&Record>,
+    command: Command,
+    now: Timestamp,
+) -> Result<Transition, Command> {
+    let unchanged = |reply| Transition {
+        reply,
+        write: Write::Unchanged,
+    };
+    Ok(match command {
+        Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } => match live {
+            Some(Record::Completed {
+                fingerprint: stored,
+                body,
+                ..
+            }) => {
+                if *stored == fingerprint {
+                    unchanged(Reply::Replay { body: body.clone() })
+                } else {
+                    unchanged(Reply::KeyReuse { stored: *stored })
+                }
+            }
+            // No result yet: go ahead, nothing is claimed.
+            _ => unchanged(Reply::Reserved(Reservation {
+                owner,
+                lease_until: now.saturating_add(lease),
+            })),
+        },
+        Command::Complete {
+            owner,
+            fingerprint,
+            body,
+            retention,
+        } => match live {
+            // First writer wins; the loser's result is dropped.
+            Some(Record::Completed { .. }) => unchanged(Reply::Completed(Completion::Repeated)),
+            _ => record_result(owner, fingerprint, body, retention, now),
+        },
+        Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {
+            owner,
+            lease_until: now.saturating_add(lease),
+        })),
+        Command::Release { .. } => unchanged(Reply::Released),
+        Command::Read => return Err(Command::Read),
+    })
+}
+
+impl Class for Variant {
+    const ALL: &'static [Self] = &Variant::ALL;
+    const KIND: &'static str = "variant";
+    fn name(self) -> &'static str {
+        Variant::name(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl FromStr for Variant {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_name(s)
+    }
+}

@@ -1,0 +1,1046 @@
+//! The discrete-event engine: callers, the network, the store node and the provider on
+//! simulated milliseconds, driving the real `idem_core::Attempt` and the real
+//! `idem_core::record::apply` (or a deliberately broken [`Variant`]), checking every store
+//! step and every answer as it happens.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::fmt::Write as _;
+
+use idem_core::record::Write;
+use idem_core::{
+    ActionResult, Attempt, Body, Command, Completion, Execution, LeaseState, Outcome, OwnerToken,
+    Protection, Record, Recording, Refusal, Reply, Step, Timestamp,
+};
+
+use crate::faults::Exercised;
+use crate::plan::{ActionPlan, Plan};
+use crate::report::{Cause, Charge, Check, Response, RunReport, Violation};
+use crate::rng::SimRng;
+use crate::variant::Variant;
+
+/// A run that processes more events than this is stuck (a livelock): the check
+/// [`Check::EveryAttemptFinishes`] fails.
+const EVENT_BUDGET: u64 = 2_000_000;
+
+macro_rules! trace {
+    ($world:expr, $($arg:tt)*) => {
+        if let Some(out) = $world.trace.as_mut() {
+            let _ = writeln!(out, "{:>9} {}", $world.now, format_args!($($arg)*));
+        }
+    };
+}
+
+#[derive(Debug)]
+enum Event {
+    Try {
+        client: u32,
+        late: bool,
+    },
+    ClientTimeout {
+        client: u32,
+        try_no: u32,
+    },
+    Wake {
+        worker: u32,
+    },
+    Resume {
+        worker: u32,
+    },
+    Arrive {
+        worker: u32,
+        cmd: u32,
+        command: Command,
+    },
+    Reply {
+        worker: u32,
+        cmd: u32,
+        reply: Option<Reply>,
+    },
+    CommandTimeout {
+        worker: u32,
+        cmd: u32,
+    },
+    Effect {
+        worker: u32,
+    },
+    ActionDone {
+        worker: u32,
+    },
+    Crash {
+        worker: u32,
+    },
+    Pause {
+        worker: u32,
+        length: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Queued {
+    at: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    // Reversed: the heap pops the earliest (time, sequence) first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+#[derive(Debug)]
+struct Worker {
+    client: u32,
+    try_no: u32,
+    slot: usize,
+    attempt: Attempt,
+    action: ActionPlan,
+    outstanding: Option<u32>,
+    next_cmd: u32,
+    wake_at: Option<u64>,
+    paused_until: u64,
+    crashed_at: Option<u64>,
+    charge: Option<usize>,
+    outcome: Option<Outcome>,
+    /// When the result this worker recorded expires, on the store's clock.
+    recorded_until: Option<u64>,
+    /// The store found this worker's reservation gone when it completed or renewed.
+    lapsed: bool,
+    /// A [`Check::HeldLeaseIsLive`] failure was reported (once per worker is enough).
+    lease_misreported: bool,
+}
+
+#[derive(Debug, Default)]
+struct Client {
+    tries: u32,
+    done: bool,
+    late_used: bool,
+}
+
+/// One run of a plan.
+pub(crate) struct World<'p> {
+    plan: &'p Plan,
+    variant: Variant,
+    rng: SimRng,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Queued>,
+    records: Vec<Option<Record>>,
+    workers: Vec<Worker>,
+    clients: Vec<Client>,
+    report: RunReport,
+    trace: Option<String>,
+}
+
+impl<'p> World<'p> {
+    pub(crate) fn new(plan: &'p Plan, variant: Variant, rng: SimRng, trace: bool) -> Self {
+        let mut world = World {
+            plan,
+            variant,
+            rng,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::with_capacity(64),
+            records: vec![None; plan.slots.len()],
+            workers: Vec::with_capacity(plan.clients.len() * 2),
+            clients: plan.clients.iter().map(|_| Client::default()).collect(),
+            report: RunReport {
+                responses: vec![Vec::new(); plan.clients.len()],
+                ..RunReport::default()
+            },
+            trace: trace.then(String::new),
+        };
+        for (i, client) in plan.clients.iter().enumerate() {
+            world.at(
+                client.start,
+                Event::Try {
+                    client: i as u32,
+                    late: false,
+                },
+            );
+        }
+        world
+    }
+
+    /// Runs to the end and checks what is left to check.
+    pub(crate) fn run(mut self) -> RunReport {
+        while let Some(Queued { at, event, .. }) = self.queue.pop() {
+            self.now = at;
+            self.report.events += 1;
+            if self.report.events > EVENT_BUDGET {
+                self.violation(
+                    Check::EveryAttemptFinishes,
+                    format!("event budget of {EVENT_BUDGET} exhausted"),
+                );
+                break;
+            }
+            self.handle(event);
+        }
+        self.finish()
+    }
+
+    fn at(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Queued {
+            at,
+            seq: self.seq,
+            event,
+        });
+    }
+
+    fn violation(&mut self, check: Check, detail: String) {
+        trace!(self, "VIOLATION {}: {detail}", check.name());
+        self.report.violations.push(Violation {
+            check,
+            at: self.now,
+            detail,
+        });
+    }
+
+    fn exercised(&mut self, class: Exercised) {
+        self.report.exercised.add(class);
+    }
+
+    fn store_now(&self) -> u64 {
+        self.now + self.plan.store_offset
+    }
+
+    fn caller_now(&self, worker: usize) -> u64 {
+        let client = self.workers[worker].client as usize;
+        self.now + self.plan.clients[client].clock_offset
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Try { client, late } => self.try_request(client as usize, late),
+            Event::ClientTimeout { client, try_no } => {
+                let plan = &self.plan.clients[client as usize];
+                let state = &self.clients[client as usize];
+                let unanswered = self.report.responses[client as usize]
+                    .get(try_no as usize)
+                    .is_some_and(Option::is_none);
+                if !state.done
+                    && state.tries == try_no + 1
+                    && state.tries < plan.max_tries
+                    && unanswered
+                {
+                    self.exercised(Exercised::ClientRetry);
+                    trace!(self, "c{client} times out and retries with the same key");
+                    self.start_try(client as usize);
+                }
+            }
+            Event::Arrive {
+                worker,
+                cmd,
+                command,
+            } => self.store_receives(worker as usize, cmd, command),
+            Event::Effect { worker } => {
+                let w = &self.workers[worker as usize];
+                if w.crashed_at.is_none() {
+                    let number = self.report.charges.len() as u32 + 1;
+                    let charge = Charge {
+                        number,
+                        slot: w.slot,
+                        worker,
+                        at: self.now,
+                    };
+                    self.workers[worker as usize].charge = Some(self.report.charges.len());
+                    self.report.charges.push(charge);
+                    self.report.effects += 1;
+                    trace!(self, "provider charges ch_{number} for w{worker}");
+                }
+            }
+            Event::Crash { worker } => {
+                let w = &mut self.workers[worker as usize];
+                if w.crashed_at.is_none() && w.outcome.is_none() {
+                    w.crashed_at = Some(self.now);
+                    let class = if w.charge.is_some() {
+                        Exercised::CrashAfterEffect
+                    } else {
+                        Exercised::CrashBeforeEffect
+                    };
+                    self.exercised(class);
+                    trace!(self, "w{worker} crashes ({})", class.name());
+                }
+            }
+            other => self.worker_event(other),
+        }
+    }
+
+    /// Events the holder's own process handles: ignored once it crashed, held back while
+    /// it is paused.
+    fn worker_event(&mut self, event: Event) {
+        let worker = match &event {
+            Event::Wake { worker }
+            | Event::Resume { worker }
+            | Event::Reply { worker, .. }
+            | Event::CommandTimeout { worker, .. }
+            | Event::ActionDone { worker }
+            | Event::Pause { worker, .. } => *worker as usize,
+            _ => return,
+        };
+        let w = &self.workers[worker];
+        if w.crashed_at.is_some() {
+            return;
+        }
+        if w.paused_until > self.now {
+            let until = w.paused_until;
+            if !matches!(event, Event::Wake { .. }) {
+                self.at(until, event);
+            }
+            return;
+        }
+        match event {
+            Event::Wake { .. } if self.workers[worker].wake_at == Some(self.now) => {
+                self.workers[worker].wake_at = None;
+                self.drive(worker);
+            }
+            Event::Resume { .. } => {
+                trace!(self, "w{worker} resumes");
+                self.workers[worker].wake_at = None;
+                self.drive(worker);
+            }
+            Event::Reply { cmd, reply, .. } => {
+                if self.workers[worker].outstanding != Some(cmd) {
+                    trace!(self, "w{worker} ignores the late reply to #{cmd}");
+                    return;
+                }
+                self.workers[worker].outstanding = None;
+                let now = Timestamp::from_millis(self.caller_now(worker));
+                let fed = match reply {
+                    Some(reply) => self.workers[worker].attempt.handle_reply(reply, now),
+                    None => self.workers[worker].attempt.handle_store_error(now),
+                };
+                self.fed(worker, fed);
+                self.drive(worker);
+            }
+            Event::CommandTimeout { cmd, .. } => {
+                if self.workers[worker].outstanding != Some(cmd) {
+                    return;
+                }
+                trace!(self, "w{worker} times out on #{cmd}");
+                self.workers[worker].outstanding = None;
+                let now = Timestamp::from_millis(self.caller_now(worker));
+                let fed = self.workers[worker].attempt.handle_store_error(now);
+                self.fed(worker, fed);
+                self.drive(worker);
+            }
+            Event::ActionDone { .. } => {
+                let w = &self.workers[worker];
+                let result = match (w.action.fails, w.charge) {
+                    (false, Some(charge)) => {
+                        ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
+                    }
+                    _ => ActionResult::Failed,
+                };
+                trace!(self, "w{worker} action ends: {result:?}");
+                let now = Timestamp::from_millis(self.caller_now(worker));
+                let fed = self.workers[worker]
+                    .attempt
+                    .handle_action_result(result, now);
+                self.fed(worker, fed);
+                self.drive(worker);
+            }
+            Event::Pause { length, .. } if self.workers[worker].outcome.is_none() => {
+                self.exercised(Exercised::PausePastLease);
+                trace!(self, "w{worker} pauses for {length}ms");
+                self.workers[worker].paused_until = self.now + length;
+                self.at(
+                    self.now + length,
+                    Event::Resume {
+                        worker: worker as u32,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn fed(&mut self, worker: usize, fed: Result<(), idem_core::ProtocolError>) {
+        if let Err(err) = fed {
+            self.violation(Check::DriverProtocol, format!("w{worker}: {err}"));
+        }
+    }
+
+    fn try_request(&mut self, client: usize, late: bool) {
+        let plan = &self.plan.clients[client];
+        let state = &mut self.clients[client];
+        if late {
+            self.exercised(Exercised::LateRetry);
+            trace!(self, "c{client} sends its request again, long after");
+        } else if state.done || state.tries >= plan.max_tries {
+            return;
+        }
+        self.start_try(client);
+    }
+
+    fn start_try(&mut self, client: usize) {
+        let plan = &self.plan.clients[client];
+        let state = &mut self.clients[client];
+        let try_no = state.tries;
+        state.tries += 1;
+        let more_tries = state.tries < plan.max_tries;
+        self.report.responses[client].push(None);
+        self.report.requests += 1;
+        let worker = self.workers.len();
+        let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
+        let jitter = self.rng.next_u64();
+        let slot = &self.plan.slots[plan.slot];
+        let now = Timestamp::from_millis(self.now + plan.clock_offset);
+        let attempt = Attempt::new(
+            slot.operation.clone(),
+            slot.key.clone(),
+            plan.fingerprint,
+            owner,
+            jitter,
+            plan.options.clone(),
+            now,
+        );
+        let action = plan.actions[(try_no as usize).min(plan.actions.len().saturating_sub(1))];
+        self.workers.push(Worker {
+            client: client as u32,
+            try_no,
+            slot: plan.slot,
+            attempt,
+            action,
+            outstanding: None,
+            next_cmd: 0,
+            wake_at: None,
+            paused_until: 0,
+            crashed_at: None,
+            charge: None,
+            outcome: None,
+            recorded_until: None,
+            lapsed: false,
+            lease_misreported: false,
+        });
+        trace!(
+            self,
+            "c{client} try {try_no} -> w{worker} amount={} owner={owner}", plan.amount
+        );
+        if let (Some(timeout), true) = (plan.timeout, more_tries) {
+            self.at(
+                self.now + timeout,
+                Event::ClientTimeout {
+                    client: client as u32,
+                    try_no,
+                },
+            );
+        }
+        self.drive(worker);
+    }
+
+    /// Polls the attempt until it waits or is done, carrying out each step.
+    fn drive(&mut self, worker: usize) {
+        loop {
+            let clock = self.caller_now(worker);
+            let step = self.workers[worker]
+                .attempt
+                .poll(Timestamp::from_millis(clock));
+            self.check_lease(worker, clock);
+            match step {
+                Step::Send(command) => self.send(worker, command),
+                Step::Run => self.run_action(worker),
+                Step::Wait { until } => {
+                    if let Some(until) = until {
+                        let offset = clock - self.now;
+                        let at = until.as_millis().saturating_sub(offset).max(self.now);
+                        if self.workers[worker].wake_at != Some(at) {
+                            self.workers[worker].wake_at = Some(at);
+                            self.at(
+                                at,
+                                Event::Wake {
+                                    worker: worker as u32,
+                                },
+                            );
+                        }
+                    }
+                    return;
+                }
+                Step::Done(outcome) => {
+                    self.done(worker, outcome);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The attempt's promise about its lease: while it says `Held`, the store holds the
+    /// caller's live reservation, and the store's lease lasts at least as long as the
+    /// attempt believes (so a driver that stops the action when the lease is no longer
+    /// held never runs it past a lease the store has already ended).
+    fn check_lease(&mut self, worker: usize, clock: u64) {
+        let w = &self.workers[worker];
+        if w.lease_misreported || w.attempt.lease(Timestamp::from_millis(clock)) != LeaseState::Held
+        {
+            return;
+        }
+        let owner = w.attempt.owner();
+        let store_now = self.store_now();
+        let honest = match &self.records[w.slot] {
+            Some(Record::Pending {
+                owner: holder,
+                lease_until,
+                ..
+            }) if *holder == owner && lease_until.as_millis() > store_now => {
+                // The store's lease end, on this caller's clock.
+                let end = lease_until.as_millis() - store_now + clock;
+                w.attempt.lease(Timestamp::from_millis(end)) != LeaseState::Held
+            }
+            _ => false,
+        };
+        if !honest {
+            let detail = format!(
+                "w{worker} is told its lease is held until after the store's lease ends: \
+                 store has {:?} at t+{store_now}ms",
+                self.records[w.slot]
+            );
+            self.workers[worker].lease_misreported = true;
+            self.violation(Check::HeldLeaseIsLive, detail);
+        }
+    }
+
+    fn send(&mut self, worker: usize, command: Command) {
+        let network = self.plan.network;
+        let w = &mut self.workers[worker];
+        w.next_cmd += 1;
+        let cmd = w.next_cmd;
+        w.outstanding = Some(cmd);
+        trace!(self, "w{worker} sends #{cmd} {}", command.name());
+        self.at(
+            self.now + network.command_timeout,
+            Event::CommandTimeout {
+                worker: worker as u32,
+                cmd,
+            },
+        );
+        if self.rng.chance(network.request_lost) {
+            self.exercised(Exercised::RequestLost);
+            trace!(self, "#{cmd} of w{worker} is lost before the store");
+            return;
+        }
+        let delay = self.rng.between(network.min_delay, network.max_delay);
+        self.at(
+            self.now + delay,
+            Event::Arrive {
+                worker: worker as u32,
+                cmd,
+                command,
+            },
+        );
+    }
+
+    fn run_action(&mut self, worker: usize) {
+        let w = &self.workers[worker];
+        let action = w.action;
+        let lease = w.attempt.options().lease().as_millis() as u64;
+        trace!(self, "w{worker} runs the action: {action:?}");
+        if action.duration > lease {
+            self.exercised(Exercised::SlowAction);
+        }
+        let id = worker as u32;
+        if !action.fails {
+            self.at(self.now + action.effect_at, Event::Effect { worker: id });
+        }
+        self.at(self.now + action.duration, Event::ActionDone { worker: id });
+        if let Some(crash_at) = action.crash_at {
+            self.at(self.now + crash_at, Event::Crash { worker: id });
+        }
+        if let Some((pause_at, length)) = action.pause {
+            self.at(self.now + pause_at, Event::Pause { worker: id, length });
+        }
+    }
+
+    fn worker_of(&self, owner: OwnerToken) -> Option<usize> {
+        let index = (owner.as_u128() & u128::from(u64::MAX)) as usize;
+        self.workers
+            .get(index)
+            .filter(|w| w.attempt.owner() == owner)
+            .map(|_| index)
+    }
+
+    /// The store node: applies one command at its own clock, checks the step, replies.
+    fn store_receives(&mut self, worker: usize, cmd: u32, command: Command) {
+        let network = self.plan.network;
+        let reply_delay = |rng: &mut SimRng| rng.between(network.min_delay, network.max_delay);
+        if self
+            .plan
+            .outages
+            .iter()
+            .any(|(start, end)| (*start..*end).contains(&self.now))
+        {
+            self.exercised(Exercised::StoreDown);
+            trace!(self, "store is down: #{cmd} of w{worker} refused");
+            let delay = reply_delay(&mut self.rng);
+            self.at(
+                self.now + delay,
+                Event::Reply {
+                    worker: worker as u32,
+                    cmd,
+                    reply: None,
+                },
+            );
+            return;
+        }
+        let slot = self.workers[worker].slot;
+        let store_now = Timestamp::from_millis(self.store_now());
+        let judged_at = if self.variant.judges_by_caller_clock() {
+            Timestamp::from_millis(self.caller_now(worker))
+        } else {
+            store_now
+        };
+        let before = self.records[slot].take();
+        self.check_recorded_result(worker, &command);
+        let summary = CommandSummary::of(&command);
+        let transition = self.variant.apply(before.as_ref(), command, judged_at);
+        self.check_step(
+            worker,
+            before.as_ref(),
+            &summary,
+            &transition.reply,
+            &transition.write,
+        );
+        trace!(
+            self,
+            "store applies #{cmd} {} of w{worker}: {:?}", summary.name, transition.reply
+        );
+        if matches!(summary.name, "complete" | "renew")
+            && matches!(
+                transition.reply,
+                Reply::Completed(Completion::AfterLeaseExpiry)
+                    | Reply::Refused(Refusal::NotOwner | Refusal::LeaseLost)
+            )
+        {
+            self.workers[worker].lapsed = true;
+        }
+        if let Write::Put(Record::Completed {
+            owner, expires_at, ..
+        }) = &transition.write
+            && let Some(writer) = self.worker_of(*owner)
+        {
+            self.workers[writer].recorded_until = Some(expires_at.as_millis());
+        }
+        self.records[slot] = match transition.write {
+            Write::Unchanged => before,
+            Write::Put(record) => Some(record),
+            Write::Delete => None,
+        };
+        if self.rng.chance(network.reply_lost) {
+            self.exercised(Exercised::ReplyLost);
+            trace!(self, "the reply to #{cmd} of w{worker} is lost");
+            return;
+        }
+        let mut delay = reply_delay(&mut self.rng);
+        if self.rng.chance(network.reply_late) {
+            self.exercised(Exercised::ReplyLate);
+            delay += self
+                .rng
+                .between(network.command_timeout, network.command_timeout * 10);
+        }
+        self.at(
+            self.now + delay,
+            Event::Reply {
+                worker: worker as u32,
+                cmd,
+                reply: Some(transition.reply),
+            },
+        );
+    }
+
+    /// `I5`: a complete carries the result of its owner's own successful action.
+    fn check_recorded_result(&mut self, worker: usize, command: &Command) {
+        let Command::Complete { body, .. } = command else {
+            return;
+        };
+        let w = &self.workers[worker];
+        let succeeded = match (w.action.fails, w.charge, body) {
+            (false, Some(charge), Some(body)) => {
+                body.as_bytes() == self.report.charges[charge].id().as_bytes()
+            }
+            _ => false,
+        };
+        if !succeeded {
+            let detail = format!("w{worker} records {body:?} without a successful action");
+            self.violation(Check::FailuresNotRecorded, detail);
+        }
+    }
+
+    /// The checks of one store step, judged by the store's true clock.
+    fn check_step(
+        &mut self,
+        worker: usize,
+        before: Option<&Record>,
+        command: &CommandSummary,
+        reply: &Reply,
+        write: &Write,
+    ) {
+        let store_now = Timestamp::from_millis(self.store_now());
+        let live = before.filter(|record| !record.is_expired(store_now));
+        let expired = before.is_some() && live.is_none();
+        let changed = *write != Write::Unchanged;
+        let fail = |world: &mut Self, check: Check, what: &str| {
+            let detail = format!(
+                "w{worker} {} on {before:?} at {store_now}: {reply:?}, {write:?} ({what})",
+                command.name
+            );
+            world.violation(check, detail);
+        };
+        // I1: a live reservation of another owner is never replaced by a new one.
+        if let (
+            Some(Record::Pending { owner: holder, .. }),
+            Write::Put(Record::Pending { owner, .. }),
+        ) = (live, write)
+            && owner != holder
+        {
+            fail(self, Check::OneLiveHolder, "a second live holder");
+        }
+        // I2: complete, renew and release change nothing for a non-owner.
+        if let (Some(owner), Some(record)) = (command.owner_only, live)
+            && record.owner() != owner
+            && changed
+        {
+            fail(self, Check::OwnerOnly, "a non-owner changed the record");
+        }
+        // I3: a live completed record never changes.
+        if matches!(live, Some(Record::Completed { .. })) && changed {
+            fail(
+                self,
+                Check::CompletedUnchanged,
+                "a completed record changed",
+            );
+        }
+        if let Some(fingerprint) = command.reserve {
+            // I4: another fingerprint is refused.
+            if let Some(record) = live
+                && record.fingerprint() != fingerprint
+                && !matches!(reply, Reply::KeyReuse { .. })
+            {
+                fail(
+                    self,
+                    Check::KeyReuseRefused,
+                    "another fingerprint not refused",
+                );
+            }
+            // I9: an expired record is absent, so the reserve is granted.
+            if expired && !matches!(reply, Reply::Reserved(_)) {
+                fail(self, Check::ExpiredIsAbsent, "an expired record answered");
+            }
+            // I11: the holder's repeated reserve is its reservation, unchanged.
+            if let Some(Record::Pending {
+                owner, lease_until, ..
+            }) = live
+                && Some(*owner) == command.owner
+            {
+                let same = matches!(reply, Reply::Reserved(r) if r.lease_until == *lease_until);
+                if !same || changed {
+                    fail(self, Check::ReserveIdempotent, "the reservation moved");
+                }
+            }
+            match (reply, before) {
+                (Reply::Reserved(_), Some(Record::Pending { owner, .. }))
+                    if expired && Some(*owner) != command.owner =>
+                {
+                    self.exercised(Exercised::LeaseTakeover);
+                }
+                (Reply::Reserved(_), Some(Record::Completed { .. })) if expired => {
+                    self.exercised(Exercised::RetentionExpired);
+                }
+                (Reply::InFlight { .. }, _) => self.exercised(Exercised::InFlight),
+                (Reply::KeyReuse { .. }, _) => self.exercised(Exercised::KeyReuse),
+                _ => {}
+            }
+        }
+        // I10: a renewal never shortens the lease.
+        if command.name == "renew"
+            && let (Some(Record::Pending { lease_until, .. }), Reply::Renewed(renewed)) =
+                (live, reply)
+            && renewed.lease_until < *lease_until
+        {
+            fail(self, Check::LeaseNeverShrinks, "the lease shrank");
+        }
+        // I6: a crashed holder's reservation is not reported in flight past its lease.
+        if let (Reply::InFlight { .. }, Some(Record::Pending { owner, .. })) = (reply, live)
+            && let Some(holder) = self.worker_of(*owner)
+            && let Some(crashed_at) = self.workers[holder].crashed_at
+        {
+            let lease = self.workers[holder].attempt.options().lease().as_millis() as u64;
+            let bound = crashed_at + lease + self.plan.network.longest_delay();
+            if self.now > bound {
+                fail(
+                    self,
+                    Check::DeadHolderFreesKey,
+                    "a dead holder still holds the key",
+                );
+            }
+        }
+        match reply {
+            Reply::Completed(Completion::AfterLeaseExpiry) => {
+                self.exercised(Exercised::LateComplete);
+            }
+            Reply::Completed(Completion::Repeated) => {
+                self.exercised(Exercised::RepeatedComplete);
+            }
+            Reply::Refused(_) => self.exercised(Exercised::Refused),
+            _ => {}
+        }
+    }
+
+    fn done(&mut self, worker: usize, outcome: Outcome) {
+        trace!(self, "w{worker} done: {outcome:?}");
+        let w = &self.workers[worker];
+        let (client, try_no, slot) = (w.client as usize, w.try_no as usize, w.slot);
+        let fingerprint = w.attempt.fingerprint();
+        let own = w.charge.map(|charge| self.report.charges[charge].id());
+        let lapsed = w.lapsed;
+        let response = match &outcome {
+            Outcome::Executed(execution) => {
+                self.executed(execution);
+                if lapsed && execution.protection == Protection::Reserved && !execution.lease_lost {
+                    self.violation(
+                        Check::LeaseLossReported,
+                        format!("w{worker}'s lease lapsed at the store, but {execution:?}"),
+                    );
+                }
+                if self.variant.answers_from_store() {
+                    match &self.records[slot] {
+                        Some(Record::Completed {
+                            body: Some(body), ..
+                        }) => {
+                            Response::Result(String::from_utf8_lossy(body.as_bytes()).into_owned())
+                        }
+                        _ => own.map_or(Response::NoBody, Response::Result),
+                    }
+                } else {
+                    own.map_or(Response::NoBody, Response::Result)
+                }
+            }
+            Outcome::Replayed { body } => {
+                self.exercised(Exercised::Replay);
+                match body {
+                    Some(body) => {
+                        let text = String::from_utf8_lossy(body.as_bytes()).into_owned();
+                        self.check_replay(worker, slot, fingerprint, &text);
+                        Response::Result(text)
+                    }
+                    None => Response::NoBody,
+                }
+            }
+            Outcome::ActionFailed { .. } => {
+                self.exercised(Exercised::ActionFailed);
+                Response::ActionFailed
+            }
+            Outcome::KeyReuse { stored, given } => {
+                if stored == given {
+                    self.violation(
+                        Check::KeyReuseRefused,
+                        format!("w{worker} refused as key reuse under its own fingerprint"),
+                    );
+                }
+                Response::KeyReuse
+            }
+            Outcome::InProgress => {
+                self.exercised(Exercised::InProgress);
+                Response::InProgress
+            }
+            Outcome::StoreUnavailable => {
+                self.exercised(Exercised::FailClosed);
+                Response::StoreUnavailable
+            }
+        };
+        let retry = matches!(
+            response,
+            Response::ActionFailed | Response::InProgress | Response::StoreUnavailable
+        );
+        self.workers[worker].outcome = Some(outcome);
+        self.report.responses[client][try_no] = Some(response);
+        let plan = &self.plan.clients[client];
+        let state = &mut self.clients[client];
+        if !retry {
+            state.done = true;
+            if let (Some(after), false) = (plan.late_retry, state.late_used) {
+                state.late_used = true;
+                self.at(
+                    self.now + after,
+                    Event::Try {
+                        client: client as u32,
+                        late: true,
+                    },
+                );
+            }
+        } else if !state.done && try_no as u32 + 1 == state.tries && state.tries < plan.max_tries {
+            self.at(
+                self.now + plan.retry_delay,
+                Event::Try {
+                    client: client as u32,
+                    late: false,
+                },
+            );
+        }
+    }
+
+    fn executed(&mut self, execution: &Execution) {
+        if execution.protection == Protection::FailedOpen {
+            self.exercised(Exercised::FailOpen);
+        }
+        if execution.record == Recording::Unknown {
+            self.exercised(Exercised::CompleteUnknown);
+        }
+    }
+
+    /// `I8`: a replayed result is a charge made for this key by the same request.
+    fn check_replay(
+        &mut self,
+        worker: usize,
+        slot: usize,
+        fingerprint: idem_core::Fingerprint,
+        text: &str,
+    ) {
+        let made = text
+            .strip_prefix("ch_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| self.report.charges.get(i))
+            .is_some_and(|charge| {
+                charge.slot == slot
+                    && self.workers[charge.worker as usize].attempt.fingerprint() == fingerprint
+            });
+        if !made {
+            self.violation(
+                Check::ReplayIsTheResult,
+                format!("w{worker} replayed {text}, not a charge of its own request"),
+            );
+        }
+    }
+
+    /// End of run: every attempt finished, and every extra effect has a cause.
+    fn finish(mut self) -> RunReport {
+        for worker in 0..self.workers.len() {
+            let w = &self.workers[worker];
+            if w.crashed_at.is_none() && w.outcome.is_none() {
+                let detail = format!("w{worker} never finished: {:?}", w.attempt);
+                self.violation(Check::EveryAttemptFinishes, detail);
+            }
+        }
+        for slot in 0..self.plan.slots.len() {
+            self.classify_effects(slot);
+        }
+        self.report.trace = self.trace.take();
+        self.report
+    }
+
+    /// `I7`: the first charge of a key is its effect; each further one must be explained
+    /// by a cause the model allows (MODEL.md, "Non-guarantees"), one cause per charge.
+    fn classify_effects(&mut self, slot: usize) {
+        let charges: Vec<Charge> = self
+            .report
+            .charges
+            .iter()
+            .filter(|charge| charge.slot == slot)
+            .copied()
+            .collect();
+        if charges.len() < 2 {
+            return;
+        }
+        let extras = charges.len() - 1;
+        let mut causes = Vec::with_capacity(charges.len());
+        for (i, charge) in charges.iter().enumerate() {
+            let cause = self.cause_of(charge.worker as usize).or_else(|| {
+                let at = charge.at + self.plan.store_offset;
+                charges[..i]
+                    .iter()
+                    .filter_map(|earlier| self.workers[earlier.worker as usize].recorded_until)
+                    .any(|until| at >= until)
+                    .then_some(Cause::RetentionExpired)
+            });
+            causes.extend(cause);
+        }
+        for cause in causes.iter().take(extras) {
+            self.report.extra.add(*cause);
+        }
+        if causes.len() < extras {
+            let mut detail = format!(
+                "{} charges for {} {} with {} allowed:",
+                charges.len(),
+                self.plan.slots[slot].operation.as_str(),
+                self.plan.slots[slot].key.as_str(),
+                causes.len()
+            );
+            for charge in &charges {
+                let w = &self.workers[charge.worker as usize];
+                let _ = write!(
+                    detail,
+                    " {} by w{} ({:?});",
+                    charge.id(),
+                    charge.worker,
+                    w.outcome
+                );
+            }
+            self.violation(Check::OneEffectPerKey, detail);
+        }
+    }
+
+    fn cause_of(&self, worker: usize) -> Option<Cause> {
+        let w = &self.workers[worker];
+        if w.crashed_at.is_some() {
+            return Some(Cause::HolderCrashed);
+        }
+        match &w.outcome {
+            Some(Outcome::Executed(execution)) => {
+                if execution.protection == Protection::FailedOpen {
+                    Some(Cause::FailOpen)
+                } else if execution.lease_lost {
+                    Some(Cause::LeaseExpired)
+                } else if execution.record == Recording::Unknown {
+                    Some(Cause::CompleteUnknown)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What the checks need of a command, taken before the command is consumed.
+struct CommandSummary {
+    name: &'static str,
+    /// The token of any command that carries one.
+    owner: Option<OwnerToken>,
+    /// The token of a complete, renew or release (owner-only commands, `I2`).
+    owner_only: Option<OwnerToken>,
+    /// The fingerprint of a reserve.
+    reserve: Option<idem_core::Fingerprint>,
+}
+
+impl CommandSummary {
+    fn of(command: &Command) -> Self {
+        let (owner, owner_only, reserve) = match command {
+            Command::Reserve {
+                owner, fingerprint, ..
+            } => (Some(*owner), None, Some(*fingerprint)),
+            Command::Complete { owner, .. }
+            | Command::Renew { owner, .. }
+            | Command::Release { owner } => (Some(*owner), Some(*owner), None),
+            Command::Read => (None, None, None),
+        };
+        Self {
+            name: command.name(),
+            owner,
+            owner_only,
+            reserve,
+        }
+    }
+}
