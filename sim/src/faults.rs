@@ -192,11 +192,15 @@ pub enum Exercised {
     CompleteUnknown,
     /// A reserve met a completed record whose retention had run out.
     RetentionExpired,
+    /// An action's result could not be recorded; the key was completed without a body.
+    Unrecordable,
+    /// A waiter was woken by the store's notice that the record changed.
+    ChangeNotice,
 }
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 23] = [
+    pub const ALL: [Exercised; 25] = [
         Exercised::ClientRetry,
         Exercised::LateRetry,
         Exercised::RequestLost,
@@ -220,6 +224,8 @@ impl Exercised {
         Exercised::Replay,
         Exercised::CompleteUnknown,
         Exercised::RetentionExpired,
+        Exercised::Unrecordable,
+        Exercised::ChangeNotice,
     ];
 
     /// The class's name in summaries.
@@ -248,6 +254,8 @@ impl Exercised {
             Exercised::Replay => "replay",
             Exercised::CompleteUnknown => "complete-unknown",
             Exercised::RetentionExpired => "retention-expired",
+            Exercised::Unrecordable => "unrecordable-result",
+            Exercised::ChangeNotice => "change-notice",
         }
     }
 }

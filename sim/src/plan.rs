@@ -35,6 +35,9 @@ pub struct ActionPlan {
     pub duration: u64,
     /// Whether the provider fails (times out without charging).
     pub fails: bool,
+    /// Whether the charge succeeds but its result cannot be encoded for the store
+    /// (`ActionResult::Unrecordable`: recorded without a body).
+    pub unrecordable: bool,
     /// When, after the start, the charge is made (ignored for a failing action).
     pub effect_at: u64,
     /// When, after the start, the holder crashes, if it does.
@@ -49,6 +52,7 @@ impl ActionPlan {
         Self {
             duration,
             fails: false,
+            unrecordable: false,
             effect_at: duration.saturating_sub(1),
             crash_at: None,
             pause: None,
@@ -141,6 +145,9 @@ pub struct Plan {
     pub outages: Vec<(u64, u64)>,
     /// The store's clock, in ms ahead of simulated time.
     pub store_offset: u64,
+    /// Whether the store notifies other callers of the key when its record is completed,
+    /// released or deleted (a waiter then reserves again at once).
+    pub notices: bool,
 }
 
 /// A plan could not be drawn.
@@ -301,6 +308,7 @@ impl Plan {
             network,
             outages,
             store_offset: STORE_EPOCH_MIN + rng.below(1_000_000),
+            notices: rng.chance(500),
         })
     }
 }
@@ -313,6 +321,7 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
         rng.between(5, 400)
     };
     let fails = on(FaultKind::Failure) && rng.chance(100);
+    let unrecordable = on(FaultKind::Failure) && rng.chance(20);
     let effect_at = rng.below(duration);
     let crash_at = (on(FaultKind::Crash) && rng.chance(70)).then(|| rng.below(duration));
     let pause = (on(FaultKind::Pause) && rng.chance(80))
@@ -320,6 +329,7 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
     ActionPlan {
         duration,
         fails,
+        unrecordable,
         effect_at,
         crash_at,
         pause,

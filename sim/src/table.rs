@@ -255,6 +255,7 @@ impl Scenario {
                 Vec::new()
             },
             store_offset: 1_000_000,
+            notices: false,
         })
     }
 }

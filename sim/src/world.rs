@@ -74,6 +74,9 @@ enum Event {
         worker: u32,
         length: u64,
     },
+    Notice {
+        worker: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -289,7 +292,8 @@ impl<'p> World<'p> {
             | Event::Reply { worker, .. }
             | Event::CommandTimeout { worker, .. }
             | Event::ActionDone { worker }
-            | Event::Pause { worker, .. } => *worker as usize,
+            | Event::Pause { worker, .. }
+            | Event::Notice { worker } => *worker as usize,
             _ => return,
         };
         let w = &self.workers[worker];
@@ -298,7 +302,7 @@ impl<'p> World<'p> {
         }
         if w.paused_until > self.now {
             let until = w.paused_until;
-            if !matches!(event, Event::Wake { .. }) {
+            if !matches!(event, Event::Wake { .. } | Event::Notice { .. }) {
                 self.at(until, event);
             }
             return;
@@ -307,6 +311,14 @@ impl<'p> World<'p> {
             Event::Wake { .. } if self.workers[worker].wake_at == Some(self.now) => {
                 self.workers[worker].wake_at = None;
                 self.drive(worker);
+            }
+            Event::Notice { .. } => {
+                let now = Timestamp::from_millis(self.caller_now(worker));
+                if self.workers[worker].attempt.handle_record_changed(now) {
+                    self.exercised(Exercised::ChangeNotice);
+                    trace!(self, "w{worker} is told the record changed");
+                    self.drive(worker);
+                }
             }
             Event::Resume { .. } => {
                 trace!(self, "w{worker} resumes");
@@ -340,9 +352,13 @@ impl<'p> World<'p> {
             }
             Event::ActionDone { .. } => {
                 let w = &self.workers[worker];
-                let result = match (w.action.fails, w.charge) {
-                    (false, Some(charge)) => {
+                let result = match (w.action.fails, w.action.unrecordable, w.charge) {
+                    (false, false, Some(charge)) => {
                         ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
+                    }
+                    (false, true, Some(_)) => {
+                        self.report.exercised.add(Exercised::Unrecordable);
+                        ActionResult::Unrecordable
                     }
                     _ => ActionResult::Failed,
                 };
@@ -633,11 +649,19 @@ impl<'p> World<'p> {
         {
             self.workers[writer].recorded_until = Some(expires_at.as_millis());
         }
+        let notify = self.plan.notices
+            && matches!(
+                transition.write,
+                Write::Delete | Write::Put(Record::Completed { .. })
+            );
         self.records[slot] = match transition.write {
             Write::Unchanged => before,
             Write::Put(record) => Some(record),
             Write::Delete => None,
         };
+        if notify {
+            self.notify(slot, worker);
+        }
         if self.rng.chance(network.reply_lost) {
             self.exercised(Exercised::ReplyLost);
             trace!(self, "the reply to #{cmd} of w{worker} is lost");
@@ -660,6 +684,28 @@ impl<'p> World<'p> {
         );
     }
 
+    /// The store tells every other live caller of the key that its record changed; each
+    /// notice travels (and may be lost) like any message.
+    fn notify(&mut self, slot: usize, writer: usize) {
+        let network = self.plan.network;
+        for other in 0..self.workers.len() {
+            let w = &self.workers[other];
+            if other == writer || w.slot != slot || w.outcome.is_some() || w.crashed_at.is_some() {
+                continue;
+            }
+            if self.rng.chance(network.request_lost) {
+                continue;
+            }
+            let delay = self.rng.between(network.min_delay, network.max_delay);
+            self.at(
+                self.now + delay,
+                Event::Notice {
+                    worker: other as u32,
+                },
+            );
+        }
+    }
+
     /// `I5`: a complete carries the result of its owner's own successful action.
     fn check_recorded_result(&mut self, worker: usize, command: &Command) {
         let Command::Complete { body, .. } = command else {
@@ -668,8 +714,10 @@ impl<'p> World<'p> {
         let w = &self.workers[worker];
         let succeeded = match (w.action.fails, w.charge, body) {
             (false, Some(charge), Some(body)) => {
-                body.as_bytes() == self.report.charges[charge].id().as_bytes()
+                !w.action.unrecordable
+                    && body.as_bytes() == self.report.charges[charge].id().as_bytes()
             }
+            (false, Some(_), None) => w.action.unrecordable,
             _ => false,
         };
         if !succeeded {
@@ -835,7 +883,10 @@ impl<'p> World<'p> {
                         self.check_replay(worker, slot, fingerprint, &text);
                         Response::Result(text)
                     }
-                    None => Response::NoBody,
+                    None => {
+                        self.check_bodiless_replay(worker, slot, fingerprint);
+                        Response::NoBody
+                    }
                 }
             }
             Outcome::ActionFailed { .. } => {
@@ -921,6 +972,26 @@ impl<'p> World<'p> {
             self.violation(
                 Check::ReplayIsTheResult,
                 format!("w{worker} replayed {text}, not a charge of its own request"),
+            );
+        }
+    }
+
+    /// `I8`: a replay without a body answers an execution of the same request whose result
+    /// could not be recorded.
+    fn check_bodiless_replay(
+        &mut self,
+        worker: usize,
+        slot: usize,
+        fingerprint: idem_core::Fingerprint,
+    ) {
+        let made = self.report.charges.iter().any(|charge| {
+            let by = &self.workers[charge.worker as usize];
+            charge.slot == slot && by.action.unrecordable && by.attempt.fingerprint() == fingerprint
+        });
+        if !made {
+            self.violation(
+                Check::ReplayIsTheResult,
+                format!("w{worker} replayed no body, but no execution went unrecorded"),
             );
         }
     }
