@@ -166,6 +166,7 @@ impl<'p> World<'p> {
             },
             trace: trace.then(String::new),
         };
+        world.trace_plan();
         for (i, client) in plan.clients.iter().enumerate() {
             world.at(
                 client.start,
@@ -176,6 +177,48 @@ impl<'p> World<'p> {
             );
         }
         world
+    }
+
+    /// The plan, at the head of a trace: what each client will do and what the store and
+    /// network will do to it.
+    fn trace_plan(&mut self) {
+        let Some(out) = self.trace.as_mut() else {
+            return;
+        };
+        let plan = self.plan;
+        let _ = writeln!(
+            out,
+            "plan: store clock +{}ms, outages {:?}, notices {}, {:?}",
+            plan.store_offset, plan.outages, plan.notices, plan.network
+        );
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  key {i}: {} {}",
+                slot.operation.as_str(),
+                slot.key.as_str()
+            );
+        }
+        for (i, client) in plan.clients.iter().enumerate() {
+            let options = &client.options;
+            let _ = writeln!(
+                out,
+                "  c{i}: at {}ms key {} amount {} clock +{}ms, {:?} {:?}, lease {:?}, \
+                 wait {:?}, store retries {}, timeout {:?}, tries {}, late retry {:?}",
+                client.start,
+                client.slot,
+                client.amount,
+                client.clock_offset,
+                options.in_flight(),
+                options.on_store_failure(),
+                options.lease(),
+                options.wait_deadline(),
+                options.store_retries(),
+                client.timeout,
+                client.max_tries,
+                client.late_retry
+            );
+        }
     }
 
     /// Runs to the end and checks what is left to check.
@@ -425,7 +468,13 @@ impl<'p> World<'p> {
             plan.options.clone(),
             now,
         );
-        let action = plan.actions[(try_no as usize).min(plan.actions.len().saturating_sub(1))];
+        // Tries past the planned ones repeat the last action.
+        let action = plan
+            .actions
+            .get(try_no as usize)
+            .or(plan.actions.last())
+            .copied()
+            .unwrap_or(ActionPlan::charge(0));
         self.workers.push(Worker {
             client: client as u32,
             try_no,
