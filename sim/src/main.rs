@@ -31,7 +31,8 @@ RUN OPTIONS:
     --variant NAME     a DELIBERATELY BROKEN store, for checking the checker:
                        result-cache, complete-without-owner-check,
                        release-without-owner-check, renew-without-owner-check,
-                       caller-clock-expiry (default: correct)
+                       caller-clock-expiry, cached-failure, key-only-lookup,
+                       late-complete-in-time (default: correct)
 
 EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
 

@@ -18,6 +18,9 @@ use idem_core::{
 
 use crate::tally::{Class, UnknownName, parse_name};
 
+/// How long [`Variant::CachedFailure`] keeps a failure (a release carries no retention).
+const CACHED_FAILURE_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Which store behaviour a run uses: the real record machine, or one deliberately broken
 /// variant of it (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -44,17 +47,29 @@ pub enum Variant {
     /// clock runs ahead takes over a live reservation (`I1`); one whose clock runs behind
     /// is answered from an expired record (`I9`).
     CallerClockExpiry,
+    /// BROKEN: failures are cached. A release records the failure as the key's result, so
+    /// every retry replays the error instead of running the action (`I5`, `I8`).
+    CachedFailure,
+    /// BROKEN: the record is looked up by key alone. A request with another fingerprint
+    /// waits for, or is answered with, another request's result (`I4`, `I8`).
+    KeyOnlyLookup,
+    /// BROKEN: a late complete is answered as if in time. The holder whose lease ran out
+    /// never learns that another caller may have run the action too (`I7`).
+    LateCompleteInTime,
 }
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 9] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
         Variant::ReleaseWithoutOwnerCheck,
         Variant::RenewWithoutOwnerCheck,
         Variant::CallerClockExpiry,
+        Variant::CachedFailure,
+        Variant::KeyOnlyLookup,
+        Variant::LateCompleteInTime,
     ];
 
     /// The name used on the command line.
@@ -66,6 +81,9 @@ impl Variant {
             Variant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
             Variant::RenewWithoutOwnerCheck => "renew-without-owner-check",
             Variant::CallerClockExpiry => "caller-clock-expiry",
+            Variant::CachedFailure => "cached-failure",
+            Variant::KeyOnlyLookup => "key-only-lookup",
+            Variant::LateCompleteInTime => "late-complete-in-time",
         }
     }
 
@@ -137,6 +155,49 @@ impl Variant {
                     reply: Reply::Renewed(Reservation { owner, lease_until }),
                     write: Write::Put(extended),
                 }
+            }
+            (Variant::CachedFailure, Command::Release { owner }) => match live {
+                Some(Record::Pending {
+                    owner: holder,
+                    fingerprint,
+                    ..
+                }) if *holder == owner => Transition {
+                    reply: Reply::Released,
+                    write: Write::Put(Record::Completed {
+                        owner,
+                        fingerprint: *fingerprint,
+                        body: Some(Body::new("error: provider timed out")),
+                        expires_at: now.saturating_add(CACHED_FAILURE_RETENTION),
+                    }),
+                },
+                _ => record::apply(stored, Command::Release { owner }, now),
+            },
+            (
+                Variant::KeyOnlyLookup,
+                Command::Reserve {
+                    owner,
+                    fingerprint,
+                    lease,
+                },
+            ) => {
+                // Look the key up as if the stored request were this one.
+                let fingerprint = live.map_or(fingerprint, Record::fingerprint);
+                record::apply(
+                    stored,
+                    Command::Reserve {
+                        owner,
+                        fingerprint,
+                        lease,
+                    },
+                    now,
+                )
+            }
+            (Variant::LateCompleteInTime, command @ Command::Complete { .. }) => {
+                let mut transition = record::apply(stored, command, now);
+                if transition.reply == Reply::Completed(Completion::AfterLeaseExpiry) {
+                    transition.reply = Reply::Completed(Completion::InTime);
+                }
+                transition
             }
             (_, command) => record::apply(stored, command, now),
         }

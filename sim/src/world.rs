@@ -10,11 +10,11 @@ use std::fmt::Write as _;
 use idem_core::record::Write;
 use idem_core::{
     ActionResult, Attempt, Body, Command, Completion, Execution, LeaseState, Outcome, OwnerToken,
-    Protection, Record, Recording, Refusal, Reply, Step, Timestamp,
+    Protection, Record, Recording, Reply, Step, Timestamp,
 };
 
 use crate::faults::Exercised;
-use crate::plan::{ActionPlan, Plan};
+use crate::plan::{ActionPlan, CALLER_EPOCH, Plan};
 use crate::report::{Cause, Charge, Check, Response, RunReport, Violation};
 use crate::rng::SimRng;
 use crate::variant::Variant;
@@ -663,7 +663,9 @@ impl<'p> World<'p> {
         let slot = self.workers[worker].slot;
         let store_now = Timestamp::from_millis(self.store_now());
         let judged_at = if self.variant.judges_by_caller_clock() {
-            Timestamp::from_millis(self.caller_now(worker))
+            // The caller's reading of the same wall time as the store's, off by its skew.
+            let skew = self.caller_now(worker) - self.now;
+            Timestamp::from_millis((store_now.as_millis() + skew).saturating_sub(CALLER_EPOCH))
         } else {
             store_now
         };
@@ -682,15 +684,6 @@ impl<'p> World<'p> {
             self,
             "store applies #{cmd} {} of w{worker}: {:?}", summary.name, transition.reply
         );
-        if matches!(summary.name, "complete" | "renew")
-            && matches!(
-                transition.reply,
-                Reply::Completed(Completion::AfterLeaseExpiry)
-                    | Reply::Refused(Refusal::NotOwner | Refusal::LeaseLost)
-            )
-        {
-            self.workers[worker].lapsed = true;
-        }
         if let Write::Put(Record::Completed {
             owner, expires_at, ..
         }) = &transition.write
@@ -859,6 +852,18 @@ impl<'p> World<'p> {
                 (Reply::KeyReuse { .. }, _) => self.exercised(Exercised::KeyReuse),
                 _ => {}
             }
+        }
+        // The reporting half of I7: a complete or renewal that finds the key no longer the
+        // caller's (by the store's true clock) means the lease lapsed during the action.
+        if matches!(command.name, "complete" | "renew")
+            && let Some(owner) = command.owner_only
+            && live.is_none_or(|record| record.owner() != owner)
+        {
+            self.workers[worker].lapsed = true;
+        }
+        // I5: a release never records anything.
+        if command.name == "release" && matches!(write, Write::Put(Record::Completed { .. })) {
+            fail(self, Check::FailuresNotRecorded, "a failure was recorded");
         }
         // I10: a renewal never shortens the lease.
         if command.name == "renew"

@@ -1,7 +1,7 @@
 //! Checking the checker: each deliberately broken store (`idem_sim::variant`) is caught by
 //! the check written for the bug it has, over a modest number of seeds.
 
-use idem_sim::{Check, Config, Summary, Variant, explore};
+use idem_sim::{Check, Config, FaultKind, Faults, Shape, Summary, Variant, explore};
 
 fn explore_variant(variant: Variant, seeds: u64) -> Summary {
     let config = Config {
@@ -23,6 +23,8 @@ fn caught_by(summary: &Summary, check: Check) -> u64 {
 fn the_result_cache_charges_twice_without_a_cause() {
     let summary = explore_variant(Variant::ResultCache, 300);
     assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+    // It never reserves, so a holder's view of its lease is never backed by the store.
+    assert!(caught_by(&summary, Check::HeldLeaseIsLive) > 0, "{summary}");
     assert!(!summary.failing_seeds.is_empty());
     assert!(summary.to_string().contains("violations: "));
     assert!(!summary.to_string().ends_with("violations: 0"));
@@ -48,13 +50,62 @@ fn release_without_the_owner_check_is_caught() {
 fn renew_without_the_owner_check_is_caught() {
     let summary = explore_variant(Variant::RenewWithoutOwnerCheck, 300);
     assert!(caught_by(&summary, Check::OwnerOnly) > 0, "{summary}");
+    // Renewing another's completed record moves its expiry.
+    assert!(
+        caught_by(&summary, Check::CompletedUnchanged) > 0,
+        "{summary}"
+    );
 }
 
 #[test]
 fn expiry_judged_by_a_skewed_caller_clock_is_caught() {
     let summary = explore_variant(Variant::CallerClockExpiry, 300);
+    // A caller whose clock runs ahead takes over a live reservation; one whose clock runs
+    // behind is answered from an expired record.
     assert!(caught_by(&summary, Check::OneLiveHolder) > 0, "{summary}");
-    assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+    assert!(caught_by(&summary, Check::ExpiredIsAbsent) > 0, "{summary}");
+    // With every clock in agreement the same store is correct: the bug is the skew.
+    let config = Config {
+        variant: Variant::CallerClockExpiry,
+        shape: Shape {
+            faults: Faults::all().without(FaultKind::Skew),
+            ..Shape::default()
+        },
+    };
+    let unskewed = explore(0, 300, &config, |_| {}).unwrap();
+    assert!(unskewed.failing_seeds.is_empty(), "{unskewed}");
+}
+
+#[test]
+fn a_cached_failure_is_caught() {
+    let summary = explore_variant(Variant::CachedFailure, 300);
+    assert!(
+        caught_by(&summary, Check::FailuresNotRecorded) > 0,
+        "{summary}"
+    );
+    assert!(
+        caught_by(&summary, Check::ReplayIsTheResult) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_lookup_by_key_alone_is_caught() {
+    let summary = explore_variant(Variant::KeyOnlyLookup, 300);
+    assert!(caught_by(&summary, Check::KeyReuseRefused) > 0, "{summary}");
+    assert!(
+        caught_by(&summary, Check::ReplayIsTheResult) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_late_complete_answered_as_in_time_is_caught() {
+    let summary = explore_variant(Variant::LateCompleteInTime, 600);
+    assert!(
+        caught_by(&summary, Check::LeaseLossReported) > 0,
+        "{summary}"
+    );
 }
 
 #[test]
