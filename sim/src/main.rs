@@ -32,7 +32,8 @@ RUN OPTIONS:
                        result-cache, complete-without-owner-check,
                        release-without-owner-check, renew-without-owner-check,
                        caller-clock-expiry, cached-failure, key-only-lookup,
-                       late-complete-in-time (default: correct)
+                       late-complete-in-time, pending-without-lease,
+                       reserve-forgets-owner (default: correct)
 
 EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
 

@@ -56,11 +56,17 @@ pub enum Variant {
     /// BROKEN: a late complete is answered as if in time. The holder whose lease ran out
     /// never learns that another caller may have run the action too (`I7`).
     LateCompleteInTime,
+    /// BROKEN: a pending marker without a lease (the article's warning). A holder that
+    /// crashes mid-action blocks its key for good (`I6`).
+    PendingWithoutLease,
+    /// BROKEN: reserve does not recognise the holder's own token. A holder whose reserve
+    /// reply was lost retries and is told its own reservation is in flight (`I11`).
+    ReserveForgetsOwner,
 }
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 11] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -70,6 +76,8 @@ impl Variant {
         Variant::CachedFailure,
         Variant::KeyOnlyLookup,
         Variant::LateCompleteInTime,
+        Variant::PendingWithoutLease,
+        Variant::ReserveForgetsOwner,
     ];
 
     /// The name used on the command line.
@@ -84,6 +92,8 @@ impl Variant {
             Variant::CachedFailure => "cached-failure",
             Variant::KeyOnlyLookup => "key-only-lookup",
             Variant::LateCompleteInTime => "late-complete-in-time",
+            Variant::PendingWithoutLease => "pending-without-lease",
+            Variant::ReserveForgetsOwner => "reserve-forgets-owner",
         }
     }
 
@@ -198,6 +208,31 @@ impl Variant {
                     transition.reply = Reply::Completed(Completion::InTime);
                 }
                 transition
+            }
+            (
+                Variant::PendingWithoutLease,
+                command @ (Command::Reserve { .. } | Command::Renew { .. }),
+            ) => {
+                let mut transition = record::apply(stored, command, now);
+                if let Write::Put(Record::Pending { lease_until, .. }) = &mut transition.write {
+                    *lease_until = Timestamp::from_millis(u64::MAX);
+                }
+                transition
+            }
+            (Variant::ReserveForgetsOwner, command @ Command::Reserve { owner, .. }) => {
+                match live {
+                    Some(Record::Pending {
+                        owner: holder,
+                        lease_until,
+                        ..
+                    }) if *holder == owner => Transition {
+                        reply: Reply::InFlight {
+                            lease_until: *lease_until,
+                        },
+                        write: Write::Unchanged,
+                    },
+                    _ => record::apply(stored, command, now),
+                }
             }
             (_, command) => record::apply(stored, command, now),
         }

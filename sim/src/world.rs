@@ -146,6 +146,8 @@ pub(crate) struct World<'p> {
     clients: Vec<Client>,
     report: RunReport,
     trace: Option<String>,
+    /// Events allowed before the run counts as stuck.
+    budget: u64,
 }
 
 impl<'p> World<'p> {
@@ -165,6 +167,7 @@ impl<'p> World<'p> {
                 ..RunReport::default()
             },
             trace: trace.then(String::new),
+            budget: EVENT_BUDGET,
         };
         world.trace_plan();
         for (i, client) in plan.clients.iter().enumerate() {
@@ -226,11 +229,9 @@ impl<'p> World<'p> {
         while let Some(Queued { at, event, .. }) = self.queue.pop() {
             self.now = at;
             self.report.events += 1;
-            if self.report.events > EVENT_BUDGET {
-                self.violation(
-                    Check::EveryAttemptFinishes,
-                    format!("event budget of {EVENT_BUDGET} exhausted"),
-                );
+            if self.report.events > self.budget {
+                let detail = format!("event budget of {} exhausted", self.budget);
+                self.violation(Check::EveryAttemptFinishes, detail);
                 break;
             }
             self.handle(event);
@@ -562,7 +563,7 @@ impl<'p> World<'p> {
                 ..
             }) if *holder == owner && lease_until.as_millis() > store_now => {
                 // The store's lease end, on this caller's clock.
-                let end = lease_until.as_millis() - store_now + clock;
+                let end = (lease_until.as_millis() - store_now).saturating_add(clock);
                 w.attempt.lease(Timestamp::from_millis(end)) != LeaseState::Held
             }
             _ => false,
@@ -1167,5 +1168,30 @@ impl CommandSummary {
             owner_only,
             reserve,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Shape;
+
+    /// The liveness check fails when a run does not finish within its budget (here a
+    /// budget far too small for any run), and reports every unfinished attempt.
+    #[test]
+    fn a_run_that_does_not_finish_is_reported() {
+        let mut rng = SimRng::new(3);
+        let plan = Plan::random(&mut rng, Shape::default()).unwrap();
+        let mut world = World::new(&plan, Variant::Correct, rng.clone(), false);
+        world.budget = 20;
+        let report = world.run();
+        let stuck = report
+            .violations
+            .iter()
+            .filter(|v| v.check == Check::EveryAttemptFinishes)
+            .count();
+        assert!(stuck >= 2, "{:?}", report.violations);
+        let finished = World::new(&plan, Variant::Correct, rng, false).run();
+        assert!(finished.violations.is_empty(), "{:?}", finished.violations);
     }
 }

@@ -109,6 +109,24 @@ fn a_late_complete_answered_as_in_time_is_caught() {
 }
 
 #[test]
+fn a_pending_marker_without_a_lease_is_caught() {
+    let summary = explore_variant(Variant::PendingWithoutLease, 300);
+    assert!(
+        caught_by(&summary, Check::DeadHolderFreesKey) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_reserve_that_forgets_its_owner_is_caught() {
+    let summary = explore_variant(Variant::ReserveForgetsOwner, 300);
+    assert!(
+        caught_by(&summary, Check::ReserveIdempotent) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");
