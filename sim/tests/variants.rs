@@ -48,8 +48,13 @@ fn release_without_the_owner_check_is_caught() {
 
 #[test]
 fn renew_without_the_owner_check_is_caught() {
-    let summary = explore_variant(Variant::RenewWithoutOwnerCheck, 300);
+    let summary = explore_variant(Variant::RenewWithoutOwnerCheck, 2_000);
     assert!(caught_by(&summary, Check::OwnerOnly) > 0, "{summary}");
+    // A stale holder's renewal can cut the live holder's longer lease short.
+    assert!(
+        caught_by(&summary, Check::LeaseNeverShrinks) > 0,
+        "{summary}"
+    );
     // Renewing another's completed record moves its expiry.
     assert!(
         caught_by(&summary, Check::CompletedUnchanged) > 0,
