@@ -14,6 +14,23 @@
 //!
 //! [`variant`] holds deliberately broken store behaviours, used only to show that the
 //! checks catch the bugs they are meant to catch.
+//!
+//! ```
+//! use idem_sim::{Config, explore, run_seed};
+//!
+//! // One seed, with its full event trace: the same bytes on every run.
+//! let report = run_seed(42, &Config::default(), true).unwrap();
+//! assert!(report.violations.is_empty());
+//! assert_eq!(report.trace, run_seed(42, &Config::default(), true).unwrap().trace);
+//!
+//! // Many seeds, summarised.
+//! let summary = explore(0, 100, &Config::default(), |_seed| {}).unwrap();
+//! assert!(summary.failing_seeds.is_empty());
+//! assert!(summary.to_string().ends_with("violations: 0"));
+//! ```
+//!
+//! The library depends on `idem-core` alone; `indicatif` is used only by the binary's
+//! progress bar.
 
 mod explore;
 mod faults;
