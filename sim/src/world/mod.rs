@@ -108,19 +108,30 @@ impl Ord for Queued {
     }
 }
 
+/// One try of one client: the service process that drives its attempt.
 #[derive(Debug)]
 struct Worker {
+    /// The client whose try this is, and which try.
     client: u32,
     try_no: u32,
+    /// The key, as an index into the plan's slots.
     slot: usize,
+    /// The real attempt machine.
     attempt: Attempt,
+    /// What the provider does when the action runs.
     action: ActionPlan,
+    /// The command awaiting a reply or a timeout (replies to older ones are late).
     outstanding: Option<u32>,
     next_cmd: u32,
+    /// The one wake-up that counts; other queued wake-ups are stale.
     wake_at: Option<u64>,
+    /// While simulated time is before this, the process is paused and handles nothing.
     paused_until: u64,
+    /// When the process crashed; it handles nothing after.
     crashed_at: Option<u64>,
+    /// The charge its action made, as an index into the statement.
     charge: Option<usize>,
+    /// How the attempt ended.
     outcome: Option<Outcome>,
     /// When the result this worker recorded expires, on the store's clock.
     recorded_until: Option<u64>,
@@ -130,10 +141,14 @@ struct Worker {
     lease_misreported: bool,
 }
 
+/// A client's progress through its tries.
 #[derive(Debug, Default)]
 struct Client {
+    /// Tries started.
     tries: u32,
+    /// It has its answer (a result or a refusal) and retries no more.
     done: bool,
+    /// Its one late retry is scheduled.
     late_used: bool,
 }
 
