@@ -110,7 +110,12 @@ impl fmt::Display for Summary {
         for cause in Cause::ALL {
             writeln!(f, "  {:<20} {}", cause.name(), self.extra.get(cause))?;
         }
-        writeln!(f, "exercised:")?;
+        let reached = Exercised::ALL.len() - self.exercised.missing().len();
+        writeln!(
+            f,
+            "exercised: {reached} of {} fault and path classes",
+            Exercised::ALL.len()
+        )?;
         for class in Exercised::ALL {
             writeln!(f, "  {:<20} {}", class.name(), self.exercised.get(class))?;
         }

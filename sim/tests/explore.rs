@@ -30,6 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
+    assert!(text.contains("exercised: 25 of 25"), "{text}");
 }
 
 #[test]
