@@ -253,6 +253,12 @@ fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
                 per_sec(summary.runs),
                 per_sec(summary.requests)
             );
+            if let Some(seed) = summary.failing_seeds.first() {
+                println!(
+                    "replay the first: idem-sim replay --seed {seed} {}",
+                    run_options(config)
+                );
+            }
             summary.failing_seeds.is_empty()
         }
         Err(err) => {
@@ -260,6 +266,26 @@ fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
             false
         }
     }
+}
+
+/// The run options that reproduce `config`, as `replay` takes them.
+fn run_options(config: &Config) -> String {
+    let faults: Vec<&str> = FaultKind::ALL
+        .into_iter()
+        .filter(|kind| config.shape.faults.has(*kind))
+        .map(FaultKind::name)
+        .collect();
+    format!(
+        "--callers {} --keys {} --faults {} --variant {}",
+        config.shape.callers,
+        config.shape.keys,
+        if faults.is_empty() {
+            "none".to_owned()
+        } else {
+            faults.join(",")
+        },
+        config.variant.name()
+    )
 }
 
 fn replay(seed: u64, config: &Config) -> bool {
@@ -319,6 +345,28 @@ mod tests {
             panic!("replay did not parse");
         };
         assert_eq!((seed, config.variant), (7, Variant::ResultCache));
+        // The options printed for a failing seed parse back to the same run.
+        let mut config = Config::default();
+        config.shape.callers = 5;
+        config.shape.faults = Faults::none().with(FaultKind::Pause);
+        config.variant = Variant::CachedFailure;
+        let line = format!("replay --seed 9 {}", run_options(&config));
+        assert_eq!(parse(&args(&line)), Ok(Command::Replay { seed: 9, config }));
+        let none = Config {
+            shape: Shape {
+                faults: Faults::none(),
+                ..Shape::default()
+            },
+            ..Config::default()
+        };
+        let line = format!("replay --seed 1 {}", run_options(&none));
+        assert_eq!(
+            parse(&args(&line)),
+            Ok(Command::Replay {
+                seed: 1,
+                config: none
+            })
+        );
         for bad in [
             "explore",
             "explore --seeds",
