@@ -33,7 +33,7 @@ RUN OPTIONS:
                        release-without-owner-check, renew-without-owner-check,
                        caller-clock-expiry, cached-failure, key-only-lookup,
                        late-complete-in-time, pending-without-lease,
-                       reserve-forgets-owner (default: correct)
+                       reserve-forgets-owner, truncated-keys (default: correct)
 
 EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
 

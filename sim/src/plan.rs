@@ -206,10 +206,12 @@ impl Plan {
             for k in 0..keys {
                 // Keys at the edges of what is accepted: the longest, and every visible
                 // ASCII boundary character; what is stored is byte for byte what is sent.
-                let key = if k == 0 {
-                    Key::new("~".repeat(255))
-                } else {
-                    Key::new(format!("!order-{k}~"))
+                // The first two share their first 254 characters, so a store that shortens
+                // keys would mix them up.
+                let key = match k {
+                    0 => Key::new("~".repeat(255)),
+                    1 => Key::new(format!("{}!", "~".repeat(254))),
+                    _ => Key::new(format!("!order-{k}~")),
                 };
                 if let Ok(key) = key {
                     slots.push(Slot {

@@ -36,6 +36,9 @@ pub enum Check {
     LeaseNeverShrinks,
     /// `I11`: the holder's repeated reserve returns its reservation unchanged.
     ReserveIdempotent,
+    /// `I12`: the store files a record under the caller's operation and key, byte for
+    /// byte.
+    KeysVerbatim,
     /// The attempt's promise: while `Attempt::lease` says `Held`, the store really holds
     /// the caller's live reservation.
     HeldLeaseIsLive,
@@ -62,6 +65,7 @@ impl Check {
             Check::ExpiredIsAbsent => "I9 expired-is-absent",
             Check::LeaseNeverShrinks => "I10 lease-never-shrinks",
             Check::ReserveIdempotent => "I11 reserve-idempotent",
+            Check::KeysVerbatim => "I12 keys-verbatim",
             Check::HeldLeaseIsLive => "held-lease-is-live",
             Check::EveryAttemptFinishes => "every-attempt-finishes",
             Check::DriverProtocol => "driver-protocol",

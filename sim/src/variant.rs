@@ -62,11 +62,18 @@ pub enum Variant {
     /// BROKEN: reserve does not recognise the holder's own token. A holder whose reserve
     /// reply was lost retries and is told its own reservation is in flight (`I11`).
     ReserveForgetsOwner,
+    /// BROKEN: keys are shortened to [`TRUNCATED_KEY_LEN`] characters when stored, as
+    /// libraries that trim or cap keys do. Two requests with different keys share one
+    /// record (`I12`), and one is answered with the other's result (`I4`, `I8`).
+    TruncatedKeys,
 }
+
+/// How many characters of a key [`Variant::TruncatedKeys`] keeps.
+pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 11] = [
+    pub const ALL: [Variant; 12] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -78,6 +85,7 @@ impl Variant {
         Variant::LateCompleteInTime,
         Variant::PendingWithoutLease,
         Variant::ReserveForgetsOwner,
+        Variant::TruncatedKeys,
     ];
 
     /// The name used on the command line.
@@ -94,12 +102,22 @@ impl Variant {
             Variant::LateCompleteInTime => "late-complete-in-time",
             Variant::PendingWithoutLease => "pending-without-lease",
             Variant::ReserveForgetsOwner => "reserve-forgets-owner",
+            Variant::TruncatedKeys => "truncated-keys",
         }
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).
     pub fn judges_by_caller_clock(self) -> bool {
         self == Variant::CallerClockExpiry
+    }
+
+    /// The key the store files a record under, for the caller's `key`: the key itself,
+    /// byte for byte, except in [`Variant::TruncatedKeys`].
+    pub fn stored_key(self, key: &str) -> &str {
+        match self {
+            Variant::TruncatedKeys => key.get(..TRUNCATED_KEY_LEN).unwrap_or(key),
+            _ => key,
+        }
     }
 
     /// Whether the service answers an executed request with the stored result rather than

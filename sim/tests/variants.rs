@@ -132,6 +132,15 @@ fn a_reserve_that_forgets_its_owner_is_caught() {
 }
 
 #[test]
+fn keys_shortened_by_the_store_are_caught() {
+    let summary = explore_variant(Variant::TruncatedKeys, 300);
+    assert!(caught_by(&summary, Check::KeysVerbatim) > 0, "{summary}");
+    // Two keys that share their first 250 characters share a record: one request is
+    // refused for another's.
+    assert!(caught_by(&summary, Check::KeyReuseRefused) > 0, "{summary}");
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");

@@ -27,7 +27,7 @@ impl World<'_> {
         }
         let owner = w.attempt.owner();
         let store_now = self.store_now();
-        let honest = match &self.records[w.slot] {
+        let honest = match &self.records[self.storage[w.slot]] {
             Some(Record::Pending {
                 owner: holder,
                 lease_until,
@@ -43,10 +43,26 @@ impl World<'_> {
             let detail = format!(
                 "w{worker} is told its lease is held until after the store's lease ends: \
                  store has {:?} at t+{store_now}ms",
-                self.records[w.slot]
+                self.records[self.storage[w.slot]]
             );
             self.workers[worker].lease_misreported = true;
             self.violation(Check::HeldLeaseIsLive, detail);
+        }
+    }
+
+    /// `I12`: the store files the record under the caller's operation and key, byte for
+    /// byte.
+    pub(super) fn check_key_verbatim(&mut self, worker: usize) {
+        let attempt = &self.workers[worker].attempt;
+        let given = attempt.key().as_str();
+        let filed = self.variant.stored_key(given);
+        if filed != given {
+            let detail = format!(
+                "w{worker}'s key of {} characters is filed under {} characters",
+                given.len(),
+                filed.len()
+            );
+            self.violation(Check::KeysVerbatim, detail);
         }
     }
 

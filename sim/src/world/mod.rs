@@ -108,6 +108,21 @@ impl Ord for Queued {
     }
 }
 
+/// Where the store files each of the plan's keys: plan slots whose stored operation and key
+/// are equal share the first such slot's record.
+fn storage_slots(plan: &Plan, variant: Variant) -> Vec<usize> {
+    let filed = |i: usize| {
+        let slot = &plan.slots[i];
+        (
+            slot.operation.as_str(),
+            variant.stored_key(slot.key.as_str()),
+        )
+    };
+    (0..plan.slots.len())
+        .map(|i| (0..i).find(|&j| filed(j) == filed(i)).unwrap_or(i))
+        .collect()
+}
+
 /// One try of one client: the service process that drives its attempt.
 #[derive(Debug)]
 struct Worker {
@@ -160,7 +175,11 @@ pub(crate) struct World<'p> {
     now: u64,
     seq: u64,
     queue: BinaryHeap<Queued>,
+    /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
+    /// The storage slot of each plan slot: the slot itself, unless the store files two
+    /// keys under one (a broken variant).
+    storage: Vec<usize>,
     workers: Vec<Worker>,
     clients: Vec<Client>,
     report: RunReport,
@@ -179,6 +198,7 @@ impl<'p> World<'p> {
             seq: 0,
             queue: BinaryHeap::with_capacity(64),
             records: vec![None; plan.slots.len()],
+            storage: storage_slots(plan, variant),
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
             report: RunReport {
@@ -654,7 +674,11 @@ impl<'p> World<'p> {
         } else {
             store_now
         };
-        let before = self.records[slot].take();
+        let stored = self.storage[slot];
+        if matches!(command, Command::Reserve { .. }) {
+            self.check_key_verbatim(worker);
+        }
+        let before = self.records[stored].take();
         self.check_recorded_result(worker, &command);
         let summary = CommandSummary::of(&command);
         let transition = self.variant.apply(before.as_ref(), command, judged_at);
@@ -681,13 +705,13 @@ impl<'p> World<'p> {
                 transition.write,
                 Write::Delete | Write::Put(Record::Completed { .. })
             );
-        self.records[slot] = match transition.write {
+        self.records[stored] = match transition.write {
             Write::Unchanged => before,
             Write::Put(record) => Some(record),
             Write::Delete => None,
         };
         if notify {
-            self.notify(slot, worker);
+            self.notify(stored, worker);
         }
         if self.rng.chance(network.reply_lost) {
             self.exercised(Exercised::ReplyLost);
@@ -713,11 +737,15 @@ impl<'p> World<'p> {
 
     /// The store tells every other live caller of the key that its record changed; each
     /// notice travels (and may be lost) like any message.
-    fn notify(&mut self, slot: usize, writer: usize) {
+    fn notify(&mut self, stored: usize, writer: usize) {
         let network = self.plan.network;
         for other in 0..self.workers.len() {
             let w = &self.workers[other];
-            if other == writer || w.slot != slot || w.outcome.is_some() || w.crashed_at.is_some() {
+            if other == writer
+                || self.storage[w.slot] != stored
+                || w.outcome.is_some()
+                || w.crashed_at.is_some()
+            {
                 continue;
             }
             if self.rng.chance(network.request_lost) {
@@ -750,7 +778,7 @@ impl<'p> World<'p> {
                     );
                 }
                 if self.variant.answers_from_store() {
-                    match &self.records[slot] {
+                    match &self.records[self.storage[slot]] {
                         Some(Record::Completed {
                             body: Some(body), ..
                         }) => {
@@ -781,10 +809,19 @@ impl<'p> World<'p> {
                 Response::ActionFailed
             }
             Outcome::KeyReuse { stored, given } => {
-                if stored == given {
+                // A refusal is genuine: another request under this very key holds it.
+                let genuine = stored != given
+                    && self
+                        .plan
+                        .clients
+                        .iter()
+                        .any(|c| c.slot == slot && c.fingerprint == *stored);
+                if !genuine {
                     self.violation(
                         Check::KeyReuseRefused,
-                        format!("w{worker} refused as key reuse under its own fingerprint"),
+                        format!(
+                            "w{worker} refused as key reuse, but no other request used its key"
+                        ),
                     );
                 }
                 Response::KeyReuse
