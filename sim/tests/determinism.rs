@@ -43,3 +43,25 @@ fn an_exploration_summary_is_the_same_every_time() {
     assert_eq!(a.to_string(), b.to_string());
     assert_eq!(a.runs, 200);
 }
+
+#[test]
+fn every_attempt_ends_exactly_once() {
+    let config = Config::default();
+    for seed in 0..100 {
+        let report = run_seed(seed, &config, true).unwrap();
+        let trace = report.trace.unwrap();
+        let ended = trace
+            .lines()
+            .filter(|line| line.contains(" done: "))
+            .count();
+        let crashed = trace
+            .lines()
+            .filter(|line| line.contains(" crashes ("))
+            .count();
+        assert_eq!(
+            ended + crashed,
+            report.requests as usize,
+            "seed {seed}: an attempt ended twice or never"
+        );
+    }
+}

@@ -380,7 +380,9 @@ impl<'p> World<'p> {
             _ => return,
         };
         let w = &self.workers[worker];
-        if w.crashed_at.is_some() {
+        // A crashed process handles nothing; a finished attempt has nothing left to do
+        // (its stale wake-ups and late replies are dropped).
+        if w.crashed_at.is_some() || w.outcome.is_some() {
             return;
         }
         if w.paused_until > self.now {
@@ -762,6 +764,10 @@ impl<'p> World<'p> {
     }
 
     fn done(&mut self, worker: usize, outcome: Outcome) {
+        if self.workers[worker].outcome.is_some() {
+            self.violation(Check::DriverProtocol, format!("w{worker} finished twice"));
+            return;
+        }
         trace!(self, "w{worker} done: {outcome:?}");
         let w = &self.workers[worker];
         let (client, try_no, slot) = (w.client as usize, w.try_no as usize, w.slot);
