@@ -314,6 +314,8 @@ impl World<'_> {
         }
     }
 
+    /// The allowed cause a charge by `worker` brings with it, if any: each such charge
+    /// allows one extra charge of its key.
     pub(super) fn cause_of(&self, worker: usize) -> Option<Cause> {
         let w = &self.workers[worker];
         if w.crashed_at.is_some() {
