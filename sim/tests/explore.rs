@@ -93,3 +93,37 @@ fn faults_that_are_off_are_never_injected() {
     assert!(summary.extra.get(Cause::LeaseExpired) > 0, "{summary}");
     assert_eq!(summary.extra.get(Cause::FailOpen), 0, "{summary}");
 }
+
+#[test]
+fn heavy_contention_on_one_key_holds_every_check() {
+    let shape = Shape {
+        callers: 24,
+        keys: 1,
+        faults: Faults::all(),
+    };
+    let summary = explore(
+        0,
+        200,
+        &Config {
+            shape,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(
+        summary.exercised.get(Exercised::LeaseTakeover) > 0,
+        "{summary}"
+    );
+    assert!(
+        summary.exercised.get(Exercised::ChangeNotice) > 0,
+        "{summary}"
+    );
+    // One key name under two operations: two records per run, so every charge beyond two
+    // per run is an extra one with a cause.
+    assert!(
+        summary.effects - summary.extra.total() <= 2 * summary.runs,
+        "{summary}"
+    );
+}
