@@ -2,7 +2,6 @@
 //! the action inline (the tests' actions are far shorter than the lease, so no renewal is
 //! due while they run).
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use idem::Store;
@@ -18,11 +17,10 @@ pub struct Seen {
 }
 
 /// Runs `attempt` to its end; `action` is called at most once.
-pub async fn drive<S, F, Fut>(store: &S, mut attempt: Attempt, action: F) -> (Outcome, Seen)
+pub async fn drive<S, F>(store: &S, mut attempt: Attempt, action: F) -> (Outcome, Seen)
 where
     S: Store,
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = ActionResult>,
+    F: AsyncFnOnce() -> ActionResult,
 {
     let start = Instant::now();
     let now = || Timestamp::from_millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(0));
