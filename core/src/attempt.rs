@@ -60,6 +60,11 @@ pub enum ActionResult {
     /// The action failed; the failure is the driver's to return, and is never recorded
     /// (`I5`).
     Failed,
+    /// The action succeeded, but its result cannot be encoded for the store (a value the
+    /// driver's serializer refuses). The effect happened, so the key is not given back: the
+    /// record is completed without a body, as for an oversized result (rule 9), and a retry
+    /// gets "result not stored" instead of a second effect.
+    Unrecordable,
 }
 
 /// How the attempt ended.
@@ -172,6 +177,10 @@ pub struct Attempt {
     wait_deadline: Option<Timestamp>,
     /// Waiting polls so far, for the backoff.
     waits: u32,
+    /// When the first reserve since the last definite reserve reply was sent. A reserve
+    /// whose reply was lost may have been applied then, and a retry by the same owner gets
+    /// that reservation back unchanged (`I11`), so the lease is counted from here.
+    reserve_first_sent: Option<Timestamp>,
     lease_lost: bool,
 }
 
@@ -197,6 +206,8 @@ enum Phase {
         body: Option<Body>,
         stored_body: bool,
         protection: Protection,
+        /// When the last confirmed lease ends (caller's clock); `None` when unprotected.
+        confirmed_until: Option<Timestamp>,
         not_before: Timestamp,
         retries: u32,
     },
@@ -249,6 +260,7 @@ impl Attempt {
             outstanding: None,
             wait_deadline: None,
             waits: 0,
+            reserve_first_sent: None,
             lease_lost: false,
         }
     }
@@ -325,7 +337,9 @@ impl Attempt {
                 }
                 if let Some(result) = running.result.take() {
                     let protection = running.protection;
-                    self.finish_action(result, protection, now);
+                    let confirmed_until =
+                        (protection == Protection::Reserved).then_some(running.confirmed_until);
+                    self.finish_action(result, protection, confirmed_until, now);
                     return self.poll(now);
                 }
                 if running.protection == Protection::Reserved && !self.lease_lost {
@@ -374,16 +388,22 @@ impl Attempt {
             (CommandKind::Reserve, Reply::Reserved(reservation))
                 if reservation.owner == self.owner =>
             {
+                // The grant may be an earlier, lost reserve's: count from its send.
+                let granted_from = self.reserve_first_sent.take().unwrap_or(sent_at);
                 self.phase = Phase::Running(Running {
                     run_handed_out: false,
                     protection: Protection::Reserved,
                     result: None,
-                    next_renew: sent_at.saturating_add(self.options.renew_every()),
-                    confirmed_until: sent_at.saturating_add(self.options.lease()),
+                    next_renew: granted_from.saturating_add(self.options.renew_every()),
+                    confirmed_until: granted_from.saturating_add(self.options.lease()),
                     renew_failures: 0,
                 });
             }
-            (CommandKind::Reserve, Reply::InFlight { .. }) => self.in_flight(now),
+            (CommandKind::Reserve, Reply::InFlight { .. }) => {
+                // Someone else holds the key: any earlier grant of ours is gone.
+                self.reserve_first_sent = None;
+                self.in_flight(now);
+            }
             (CommandKind::Reserve, Reply::Replay { body }) => {
                 self.phase = Phase::Finished(Outcome::Replayed { body });
             }
@@ -408,8 +428,18 @@ impl Attempt {
             }
             (CommandKind::Complete, Reply::Completed(completion)) => {
                 // A late complete means the reservation lapsed during the action; an action
-                // that ran unprotected (fail-open) had no reservation to lose.
-                if completion == Completion::AfterLeaseExpiry && self.completing_reserved() {
+                // that ran unprotected (fail-open) had no reservation to lose. A repeated
+                // complete answers for an earlier one whose reply was lost, applied at some
+                // moment before `now`: if the confirmed lease had ended by `now`, that one
+                // may have been late, and the lapse cannot be ruled out (`I7`).
+                let lapsed = match completion {
+                    Completion::InTime => false,
+                    Completion::AfterLeaseExpiry => true,
+                    Completion::Repeated => self
+                        .completing_confirmed_until()
+                        .is_some_and(|until| now >= until),
+                };
+                if lapsed && self.completing_reserved() {
                     self.lease_lost = true;
                 }
                 self.finish_complete(|stored_body| {
@@ -537,6 +567,26 @@ impl Attempt {
         }
     }
 
+    /// The store reported that the key's record changed (completed, released, or
+    /// deleted), for a driver whose store can notify. A waiter then reserves again at the
+    /// next [`poll`](Self::poll) instead of sleeping out its backoff; in any other phase
+    /// the notice changes nothing. Returns whether it moved the machine.
+    ///
+    /// Notices are only a shortcut: the machine is correct without them, since a waiter
+    /// polls with backoff until its deadline.
+    pub fn handle_record_changed(&mut self, now: Timestamp) -> bool {
+        if self.outstanding.is_some() || self.wait_deadline.is_none() {
+            return false;
+        }
+        match &mut self.phase {
+            Phase::Reserving { not_before, .. } if *not_before > now => {
+                *not_before = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn send(&mut self, kind: CommandKind, now: Timestamp) -> Step {
         let owner = self.owner;
         let command = match kind {
@@ -561,6 +611,9 @@ impl Attempt {
             },
             CommandKind::Release => Command::Release { owner },
         };
+        if kind == CommandKind::Reserve {
+            self.reserve_first_sent.get_or_insert(now);
+        }
         self.outstanding = Some((kind, now));
         Step::Send(command)
     }
@@ -587,7 +640,13 @@ impl Attempt {
         };
     }
 
-    fn finish_action(&mut self, result: ActionResult, protection: Protection, now: Timestamp) {
+    fn finish_action(
+        &mut self,
+        result: ActionResult,
+        protection: Protection,
+        confirmed_until: Option<Timestamp>,
+        now: Timestamp,
+    ) {
         self.phase = match result {
             ActionResult::Succeeded(body) => {
                 // Rule 9: an oversized result is returned to the caller but not stored;
@@ -598,10 +657,20 @@ impl Attempt {
                     body: stored_body.then_some(body),
                     stored_body,
                     protection,
+                    confirmed_until,
                     not_before: now,
                     retries: 0,
                 }
             }
+            // The effect happened: record it, without the value (rule 9).
+            ActionResult::Unrecordable => Phase::Completing {
+                body: None,
+                stored_body: false,
+                protection,
+                confirmed_until,
+                not_before: now,
+                retries: 0,
+            },
             // I5: a failure is never recorded; the key is given back.
             ActionResult::Failed => Phase::Releasing {
                 not_before: now,
@@ -623,6 +692,17 @@ impl Attempt {
                 lease_lost: self.lease_lost,
             };
             self.phase = Phase::Finished(Outcome::Executed(execution));
+        }
+    }
+
+    /// When the lease of the action whose result is being recorded was last confirmed to
+    /// end.
+    fn completing_confirmed_until(&self) -> Option<Timestamp> {
+        match self.phase {
+            Phase::Completing {
+                confirmed_until, ..
+            } => confirmed_until,
+            _ => None,
         }
     }
 
