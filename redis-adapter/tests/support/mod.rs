@@ -9,6 +9,7 @@
 
 pub mod attempt;
 pub mod proxy;
+pub mod scenarios;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
