@@ -31,6 +31,7 @@ pub mod codec;
 pub mod layout;
 mod scripts;
 mod store;
+mod watch;
 
 pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout};

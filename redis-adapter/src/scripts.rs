@@ -11,7 +11,9 @@
 //!   nothing and answers `{'!', now, detail}`;
 //! - treats a record whose deadline is at or before `now` as absent, exactly like the core;
 //! - writes with `SET … PXAT deadline`, so Redis drops an expired record by itself;
-//! - checks the owner token itself for complete, renew and release (`I2`).
+//! - checks the owner token itself for complete, renew and release (`I2`);
+//! - when given a change channel (standalone servers), publishes the record's Redis key on it
+//!   after a complete or a release, which wakes waiters ([`crate::watch`]).
 //!
 //! Replies are arrays `{tag, now, …}`, with `now` the server's clock in milliseconds.
 //!
@@ -108,8 +110,12 @@ if rec.state == 3 then return {'P', now, rec.body} end
 return {'P', now}
 "#;
 
-/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms).
+/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms), the
+/// change channel ('' for none).
 const COMPLETE: &str = r#"
+local function changed()
+  if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+end
 local state = 2
 local body = nil
 if ARGV[3] == '1' then
@@ -119,11 +125,13 @@ end
 local expires_at = later(now, ARGV[5])
 if not rec then
   put(KEYS[1], state, ARGV[1], ARGV[2], expires_at, body)
+  changed()
   return {'C', now, 2}
 end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state == 1 then
   put(KEYS[1], state, ARGV[1], rec.fp, expires_at, body)
+  changed()
   return {'C', now, 1}
 end
 return {'C', now, 3}
@@ -139,12 +147,13 @@ put(KEYS[1], 1, ARGV[1], rec.fp, lease_until)
 return {'N', now, lease_until}
 "#;
 
-/// ARGV: owner.
+/// ARGV: owner, the change channel ('' for none).
 const RELEASE: &str = r#"
 if not rec then return {'X', now, 2} end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state ~= 1 then return {'X', now, 3} end
 redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
 return {'D', now}
 "#;
 

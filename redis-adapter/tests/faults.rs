@@ -53,8 +53,11 @@ fn charge(effects: &Arc<AtomicU32>) -> impl AsyncFnOnce() -> ActionResult + use<
     }
 }
 
+/// A store whose only connection is the command connection (no watch subscription), so
+/// that a proxy's faults hit the commands under test.
 async fn store_at(url: &str) -> RedisStore {
     RedisStore::builder()
+        .watch(false)
         .command_timeout(TIMEOUT)
         .connect_timeout(TIMEOUT)
         .connect(url)
