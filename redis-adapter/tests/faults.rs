@@ -285,7 +285,7 @@ async fn a_reply_lost_after_the_reserve_applied_is_retried_with_the_same_token()
 /// runs through the proxy, which is stalled before the write.
 #[tokio::test]
 async fn a_failover_can_lose_an_acknowledged_reserve() {
-    let mut master = RedisServer::start();
+    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let link = Proxy::start(master.port).await;
     let link_port = link.port.to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
