@@ -19,13 +19,14 @@
 //!
 //! | script   | tags |
 //! |----------|------|
-//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` [body] (replay) · `K` fingerprint (key reuse) |
+//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `K` fingerprint (key reuse) |
 //! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
 //! | renew    | `N` lease_until · `X` refusal |
 //! | release  | `D` · `X` refusal |
 //! | read     | `E` (absent) · `V` raw record |
 //!
-//! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed.
+//! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed. A value this adapter did
+//! not write: `!` detail.
 
 use redis::Script;
 
