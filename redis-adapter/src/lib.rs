@@ -25,6 +25,8 @@
 //! # }
 //! ```
 //!
+//! Needs Redis 6.2 or later (`SET … PXAT`); tested on Redis 7.0.
+//!
 //! What Redis guarantees and what it does not (a restart without persistence, asynchronous
 //! replication and failover) is in MODEL.md, section "Redis".
 
