@@ -98,6 +98,8 @@ async fn every_decision_is_an_event_with_operation_and_key() {
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_max_level(tracing::Level::TRACE)
+        // Plain text whatever features other crates of the workspace turn on.
+        .with_ansi(false)
         .without_time()
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
