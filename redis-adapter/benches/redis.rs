@@ -75,7 +75,8 @@ fn main() {
                 let run = rate(concurrency, move |i| {
                     let (mut conn, store, op) = (conn.clone(), store.clone(), op.clone());
                     async move {
-                        let key = Key::new(format!("{name}-{concurrency}-{i}")).unwrap();
+                        let key = Key::new(format!("{}-{concurrency}-{i}", name.replace(' ', "_")))
+                            .unwrap();
                         let owner = OwnerToken::from_u128(u128::from(i) + 1);
                         let reserve = Command::Reserve {
                             owner,

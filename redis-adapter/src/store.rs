@@ -152,11 +152,7 @@ impl RedisStoreBuilder {
     /// Uses `client` for a standalone server, through a reconnecting connection manager
     /// configured with this builder's timeouts.
     pub async fn from_client(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.command_timeout))
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(self.connect_timeout);
+        let config = self.manager_config();
         let manager = self
             .first_connection(ConnectionManager::new_with_config(client.clone(), config))
             .await?;
@@ -167,6 +163,35 @@ impl RedisStoreBuilder {
             None
         };
         Ok(self.build(Connection::Standalone(manager), watch))
+    }
+
+    /// A standalone store that connects on its first command, so that a service can start
+    /// while Redis is down: its calls then fail open or closed as configured, and succeed
+    /// once the server is up. Only a malformed URL is refused. Must be called inside a
+    /// tokio runtime.
+    pub fn connect_lazy(self, url: &str) -> Result<RedisStore, ConnectError> {
+        let client = redis::Client::open(url).map_err(ConnectError::Config)?;
+        self.from_client_lazy(client)
+    }
+
+    /// As [`connect_lazy`](Self::connect_lazy), with an existing client.
+    pub fn from_client_lazy(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let manager =
+            ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
+                .map_err(ConnectError::Config)?;
+        let watch = self.watch.then(|| {
+            let channel = format!("{}changed", self.layout.prefix());
+            Watch::spawn(client, channel, self.connect_timeout).0
+        });
+        Ok(self.build(Connection::Standalone(manager), watch))
+    }
+
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.command_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(self.connect_timeout)
     }
 
     /// Connects to a Cluster through any of its nodes (`redis://host:port` each).

@@ -53,6 +53,20 @@ impl Watch {
         channel: String,
         connect_timeout: Duration,
     ) -> Self {
+        let (watch, first) = Self::spawn(client, channel, connect_timeout);
+        // A store without its first subscription still works; it wakes no one until the
+        // subscription is made.
+        let _ = tokio::time::timeout(connect_timeout, first).await;
+        watch
+    }
+
+    /// Subscribes in the background; the receiver hears of the first subscription. Must be
+    /// called inside a tokio runtime.
+    pub(crate) fn spawn(
+        client: redis::Client,
+        channel: String,
+        connect_timeout: Duration,
+    ) -> (Self, oneshot::Receiver<()>) {
         let (changes, _) = broadcast::channel(1024);
         let (subscribed, first) = oneshot::channel();
         let task = tokio::spawn(listen(
@@ -62,14 +76,12 @@ impl Watch {
             connect_timeout,
             subscribed,
         ));
-        // A store without its first subscription still works; it wakes no one until the
-        // subscription is made.
-        let _ = tokio::time::timeout(connect_timeout, first).await;
-        Self {
+        let watch = Self {
             channel,
             changes,
             task,
-        }
+        };
+        (watch, first)
     }
 
     /// The channel the scripts publish on.

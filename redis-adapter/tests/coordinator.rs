@@ -209,3 +209,58 @@ async fn a_server_killed_mid_run_fails_open_for_every_caller() {
     );
     assert!(store_errors > 0);
 }
+
+/// When a waiter gets its answer, in milliseconds from the holder's start: the holder takes
+/// 300 ms; the waiter arrives 50 ms in and, between reserves, backs off 2 to 4 s.
+async fn waiter_answer_ms(store: RedisStore) -> u128 {
+    let options = Options::builder()
+        .backoff_initial(Duration::from_secs(4))
+        .backoff_max(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let payments = Coordinator::new(store, options);
+    let fp = Fingerprint::of_bytes(b"charge");
+    let start = std::time::Instant::now();
+    let holder = {
+        let payments = payments.clone();
+        tokio::spawn(async move {
+            payments
+                .execute("payment.charge", "k", fp, |_claim| async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok::<u32, String>(1)
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waited = payments
+        .execute_with_provenance("payment.charge", "k", fp, |_claim| async {
+            Ok::<u32, String>(2)
+        })
+        .await
+        .unwrap();
+    let at = start.elapsed().as_millis();
+    assert_eq!(holder.await.unwrap().unwrap(), 1);
+    assert_eq!((waited.value, waited.provenance), (1, Provenance::Replayed));
+    at
+}
+
+/// The notice published by the complete script wakes the waiter; without notices (the
+/// broken variant) it answers only after its backoff. The margins are seconds wide: this
+/// checks which event woke the waiter, not how fast anything is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_completes_notice() {
+    let server = RedisServer::start();
+    let watched = RedisStore::connect(&server.url()).await.unwrap();
+    let at = waiter_answer_ms(watched).await;
+    assert!(at < 1_500, "answered at {at} ms");
+
+    let silent = RedisStore::builder()
+        .prefix("silent:")
+        .watch(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let at = waiter_answer_ms(silent).await;
+    assert!(at >= 2_000, "answered at {at} ms without a notice");
+}

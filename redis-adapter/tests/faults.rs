@@ -337,3 +337,42 @@ async fn a_failover_can_lose_an_acknowledged_reserve() {
         Ok(Reply::Reserved(r)) if r.owner == OwnerToken::from_u128(3)
     ));
 }
+
+/// A service can start while Redis is down: a lazily connected store answers every command
+/// `Unavailable` (so calls fail as configured) and works once the server is up.
+#[tokio::test]
+async fn a_store_built_while_redis_is_down_works_once_it_is_up() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let store = RedisStore::builder()
+        .command_timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .connect_lazy(&server.url())
+        .unwrap();
+    let effects = Arc::new(AtomicU32::new(0));
+    let (outcome, seen) = drive(
+        &store,
+        attempt("k", 1, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert_eq!(outcome, Outcome::StoreUnavailable);
+    assert_eq!(seen.runs, 0);
+
+    server.restart();
+    let op = Operation::new("payment.charge").unwrap();
+    let key = Key::new("k").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(error) = store.apply(&op, &key, Command::Read).await {
+        assert!(Instant::now() < deadline, "never connected: {error}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (outcome, _) = drive(
+        &store,
+        attempt("k", 2, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+    assert!(RedisStore::builder().connect_lazy("not a url").is_err());
+}

@@ -14,12 +14,11 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem::{Coordinator, Fingerprint, Options, Store, StoreError};
-use idem_core::record::{Command as RecordCommand, Reply, Reservation};
-use idem_core::{Key, Operation, Timestamp};
+use idem::{Coordinator, Fingerprint, Options, Store};
 use idem_redis::RedisStore;
 use redis::AsyncCommands;
 use support::RedisServer;
+use support::broken::ResultCache;
 
 const KEYS: usize = 30;
 const CALLERS_PER_KEY: usize = 3;
@@ -28,31 +27,6 @@ const ENV_URL: &str = "IDEM_HAMMER_URL";
 const ENV_WORKER: &str = "IDEM_HAMMER_WORKER";
 const ENV_START: &str = "IDEM_HAMMER_START_MS";
 const ENV_BROKEN: &str = "IDEM_HAMMER_RESULT_CACHE";
-
-/// Broken on purpose: a result cache (look the key up, run if absent, store the result)
-/// instead of a reservation. Its reserve reads and, finding nothing, answers `Reserved`
-/// without writing anything, so concurrent callers all run the action.
-#[derive(Debug)]
-struct ResultCache(RedisStore);
-
-impl Store for ResultCache {
-    async fn apply(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: RecordCommand,
-    ) -> Result<Reply, StoreError> {
-        if let RecordCommand::Reserve { owner, .. } = &command
-            && self.0.apply(operation, key, RecordCommand::Read).await? == Reply::Read(None)
-        {
-            return Ok(Reply::Reserved(Reservation {
-                owner: *owner,
-                lease_until: Timestamp::from_millis(u64::MAX),
-            }));
-        }
-        self.0.apply(operation, key, command).await
-    }
-}
 
 fn unix_ms() -> u64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();

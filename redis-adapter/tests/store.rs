@@ -464,3 +464,41 @@ async fn completes_and_releases_wake_waiters_of_their_key() {
     silent.apply(&o, &other, reserve(3, b"a")).await.unwrap();
     assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(3), never).await);
 }
+
+#[tokio::test]
+async fn notices_resume_after_a_restart() {
+    let mut server = RedisServer::start();
+    let waiter = RedisStore::connect(&server.url()).await.unwrap();
+    let writer = RedisStore::connect(&server.url()).await.unwrap();
+    let o = op("op");
+    server.restart();
+    // Both stores reconnect, and the waiter's store subscribes again in the background.
+    // A resubscription wakes every waiter once, spuriously; two wake-ups in a row mean
+    // the notices themselves come through again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut in_a_row = 0;
+    for round in 0.. {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no notice after the restart"
+        );
+        let k = key(&format!("after-restart-{round}"));
+        if writer.apply(&o, &k, reserve(1, b"a")).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let changed = waiter.changed(&o, &k);
+        writer.apply(&o, &k, release(1)).await.unwrap();
+        if tokio::time::timeout(Duration::from_millis(500), changed)
+            .await
+            .is_ok()
+        {
+            in_a_row += 1;
+            if in_a_row == 2 {
+                break;
+            }
+        } else {
+            in_a_row = 0;
+        }
+    }
+}

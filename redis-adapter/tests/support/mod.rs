@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod attempt;
+pub mod broken;
 pub mod differential;
 pub mod proxy;
 pub mod scenarios;
