@@ -112,6 +112,7 @@ pub mod store;
 pub use claim::{Claim, LeaseStatus};
 pub use coordinator::Coordinator;
 pub use error::Error;
+pub use idem_core::record;
 pub use idem_core::{
     Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, Operation,
     OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording, Refusal,
