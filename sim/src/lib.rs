@@ -1,3 +1,6 @@
 //! A seeded deterministic simulation of idem under faults
 //!
 //! Not built yet: this crate is filled by its own issue.
+
+#[cfg(feature = "redis")]
+pub mod bench;

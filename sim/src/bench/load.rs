@@ -141,7 +141,10 @@ mod tests {
         seen.dedup();
         assert_eq!(seen.len() as u64, total, "an index was handed out twice");
         assert_eq!(stats.calls + stats.errors, total);
-        assert_eq!(stats.errors, seen.iter().filter(|i| *i % 10 == 0).count() as u64);
+        assert_eq!(
+            stats.errors,
+            seen.iter().filter(|i| *i % 10 == 0).count() as u64
+        );
         assert!(stats.calls > 0 && stats.per_second() > 0.0);
         assert!(stats.p50 <= stats.p99);
     }

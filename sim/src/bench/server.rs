@@ -13,7 +13,14 @@ use std::collections::BTreeMap;
 pub struct CommandStats(pub BTreeMap<String, u64>);
 
 /// Commands that invoke a script: each is one request from the client.
-const SCRIPT_COMMANDS: &[&str] = &["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
+const SCRIPT_COMMANDS: &[&str] = &[
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
 
 /// Commands the measurement itself issues, left out of every count.
 const MEASUREMENT_COMMANDS: &[&str] = &["info", "memory|usage", "config|resetstat"];
