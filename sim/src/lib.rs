@@ -4,3 +4,5 @@
 
 #[cfg(feature = "redis")]
 pub mod bench;
+#[cfg(feature = "redis")]
+pub mod redis_table;
