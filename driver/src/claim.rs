@@ -82,6 +82,26 @@ impl Claim {
     /// A future that resolves when the lease is lost, for an action that selects over its
     /// work and this. It never resolves if the lease is kept (or the action runs
     /// unprotected), including after the call is over.
+    ///
+    /// ```
+    /// use idem::{Claim, Coordinator, Fingerprint, MemoryStore, Options};
+    ///
+    /// async fn export(claim: Claim) -> Result<u32, &'static str> {
+    ///     tokio::select! {
+    ///         // Another caller may take the key over: stop before a second effect.
+    ///         () = claim.lease_lost() => Err("lease lost; export abandoned"),
+    ///         rows = async { 1_000 } => Ok(rows),
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
+    /// let fp = Fingerprint::of_bytes(b"export 2026-12");
+    /// let rows = coordinator.execute("report.export", "2026-12", fp, export).await;
+    /// assert_eq!(rows.unwrap(), 1_000);
+    /// # }
+    /// ```
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut lease = self.lease.clone();
         async move {

@@ -174,6 +174,8 @@ impl<S: Store> Coordinator<S> {
             store_error: None,
             lease: None,
             waiting_on_holder: false,
+            sent_on_notice: false,
+            notices_throttled: false,
         };
         let running: Pin<&mut Running<Fut>> = pin!(Fuse::terminated());
         call.drive(action, running).await
@@ -192,6 +194,13 @@ impl<S: Store> Coordinator<S> {
     /// The caller's clock.
     fn now(&self) -> idem_core::Timestamp {
         idem_core::Timestamp::from_millis(millis(self.epoch.elapsed()))
+    }
+
+    /// Sleeps until `floor` on the caller's clock; `None` returns at once.
+    async fn sleep_until_floor(&self, floor: Option<idem_core::Timestamp>) {
+        if floor.is_some() {
+            self.sleep_until(floor).await;
+        }
     }
 
     /// Sleeps until `until` on the caller's clock; `None` never wakes.
@@ -226,6 +235,12 @@ struct Call<'c, S: Store, T, E> {
     lease: Option<watch::Sender<LeaseStatus>>,
     /// Whether the last reserve found an identical request holding the key.
     waiting_on_holder: bool,
+    /// Whether the reserve now out was sent early, on the store's change notice.
+    sent_on_notice: bool,
+    /// Whether a notice proved spurious (the key was still held): the next one is honoured
+    /// only after the initial backoff, so a store that notifies too eagerly cannot turn
+    /// waiting into a busy loop.
+    notices_throttled: bool,
 }
 
 impl<S: Store, T, E> Call<'_, S, T, E>
@@ -285,15 +300,23 @@ where
                         // Registered before sleeping, so a completion in between still
                         // wakes this waiter (the store's contract for `changed`).
                         let changed = store.changed(self.operation, self.key);
+                        let floor = self
+                            .notices_throttled
+                            .then(|| now.saturating_add(coordinator.options.backoff_initial()));
+                        let notice = async {
+                            coordinator.sleep_until_floor(floor).await;
+                            changed.await;
+                        };
                         tokio::select! {
                             biased;
-                            () = changed => {
+                            () = notice => {
                                 let now = coordinator.now();
-                                if self.guard.attempt.handle_record_changed(now) {
+                                self.sent_on_notice = self.guard.attempt.handle_record_changed(now);
+                                if self.sent_on_notice {
                                     tracing::trace!(
                                         operation = %self.operation,
                                         key = %self.key,
-                                        "holder finished; reserving again"
+                                        "the holder's record changed; reserving again"
                                     );
                                 }
                             }
@@ -364,6 +387,8 @@ where
                     self.guard
                         .reserve_answered(matches!(reply, Reply::Reserved(_)));
                     self.waiting_on_holder = matches!(reply, Reply::InFlight { .. });
+                    self.notices_throttled = self.waiting_on_holder && self.sent_on_notice;
+                    self.sent_on_notice = false;
                 }
                 self.guard.attempt.handle_reply(reply, now)?;
             }
@@ -377,6 +402,7 @@ where
                     "store command failed"
                 );
                 self.waiting_on_holder = false;
+                self.sent_on_notice = false;
                 self.store_error = Some(error);
                 self.guard.attempt.handle_store_error(now)?;
             }

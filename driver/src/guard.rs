@@ -2,7 +2,7 @@
 //!
 //! A caller's future can be dropped at any `.await` (a request timeout, a client that hung
 //! up, `tokio::select!` choosing another branch). The attempt is then abandoned mid-way, and
-//! [`AttemptGuard`] settles what it can on the way out:
+//! `AttemptGuard` settles what it can on the way out:
 //!
 //! - the key may be held (a reserve was sent, the action was running, or a release was
 //!   due): it is **released**, so a retry runs the action again at once rather than after

@@ -92,7 +92,7 @@
 //!
 //! - **Cancellation.** A call dropped mid-way releases its reservation (or completes it, if
 //!   the action had already succeeded) from a task spawned on the current runtime; with no
-//!   runtime, the lease frees the key (`I6`). See [`guard`](crate::guard).
+//!   runtime, the lease frees the key (`I6`).
 //! - **Panics.** An action that panics releases the reservation, then the panic resumes in
 //!   the caller.
 //! - **Values that do not encode.** The action succeeded, so the key is completed without a
@@ -103,7 +103,7 @@ pub mod claim;
 pub mod coordinator;
 mod entropy;
 pub mod error;
-pub mod guard;
+mod guard;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
@@ -116,7 +116,7 @@ pub use idem_core::record;
 pub use idem_core::{
     Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, Operation,
     OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording, Refusal,
-    StoreFailurePolicy,
+    StoreFailurePolicy, Timestamp,
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, StoreErrors};

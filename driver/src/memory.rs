@@ -6,8 +6,9 @@
 //!
 //! Memory stays bounded: a command that meets an expired record deletes it (`I9`), and each
 //! shard sweeps out every expired record once the writes since its last sweep reach half
-//! its size (at least [`SWEEP_MIN_WRITES`]), an amortised constant cost per write. The
-//! records held are then at most the live ones plus the writes since the last sweep.
+//! its size (at least [`SWEEP_MIN_WRITES`]), an amortised constant cost per write. A shard
+//! then holds at most twice the records that were live at its last sweep, plus
+//! [`SWEEP_MIN_WRITES`].
 //!
 //! Waiters are woken, not polled: [`Store::changed`] registers a watch on a pending key
 //! while holding the shard lock, and the command that completes or releases the key drops

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Broken, Bug, Charge, Provider, ProviderTimeout, Silent, fingerprint};
+use common::{Broken, Bug, Charge, FlakyStore, Provider, ProviderTimeout, Silent, fingerprint};
 use idem::{Coordinator, Error, MemoryStore, Options, Provenance, Store};
 
 const TASKS: usize = 64;
@@ -157,4 +157,57 @@ async fn without_notifications_the_waiter_answers_late() {
     let (at, provenance) = waiter_answer_time(Silent::default()).await;
     assert_eq!(provenance, Provenance::Replayed);
     assert!(at > 1_000, "answered at {at} ms");
+}
+
+/// A store whose notices always fire at once, as if the key changed all the time.
+#[derive(Debug)]
+struct Chatty(FlakyStore<MemoryStore>);
+
+impl Store for Chatty {
+    fn apply(
+        &self,
+        operation: &idem::Operation,
+        key: &idem::Key,
+        command: idem_core::record::Command,
+    ) -> impl Future<Output = Result<idem_core::record::Reply, idem::StoreError>> + Send {
+        self.0.apply(operation, key, command)
+    }
+
+    fn changed(&self, _: &idem::Operation, _: &idem::Key) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+}
+
+/// Spurious notices cannot make a waiter spin: once a notice proves spurious, the next is
+/// honoured only after the initial backoff (10 ms), so a 1 s wait sends about 100 reserves.
+#[tokio::test(start_paused = true)]
+async fn spurious_notices_do_not_make_a_waiter_spin() {
+    let store = Chatty(FlakyStore::new(MemoryStore::new()));
+    let payments = Coordinator::new(store, Options::default()).with_seed(21);
+    let holder = common::spawn_call(
+        &payments,
+        "k",
+        fingerprint("o", 1),
+        Duration::from_secs(1),
+        Ok(1),
+    );
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let start = tokio::time::Instant::now();
+    let waited = payments
+        .execute("payment.charge", "k", fingerprint("o", 1), |_claim| async {
+            Ok::<_, ProviderTimeout>(2)
+        })
+        .await
+        .unwrap();
+    assert_eq!(waited, 1);
+    assert!(
+        start.elapsed() <= Duration::from_millis(1_010),
+        "{:?}",
+        start.elapsed()
+    );
+    let reserves = payments.store().0.calls("reserve");
+    // The holder's reserve; the waiter's first, and the first notice's (not yet known to
+    // be spurious); then at most one per 10 ms of the remaining second.
+    assert!(reserves <= 1 + 2 + 100, "{reserves} reserves");
+    holder.await.unwrap().unwrap();
 }

@@ -224,3 +224,29 @@ async fn one_key_under_two_operations_is_two_records() {
     );
     assert_eq!(payments.store().len(), 2);
 }
+
+/// Same seed, same owner tokens (and jitter): a test's run is repeatable.
+#[tokio::test(start_paused = true)]
+async fn a_seeded_coordinator_draws_the_same_tokens_every_run() {
+    let owners = |seed: u64| async move {
+        let payments = Coordinator::new(MemoryStore::new(), Options::default()).with_seed(seed);
+        let mut owners = Vec::new();
+        for key in ["a", "b"] {
+            let owner = payments
+                .execute(
+                    "payment.charge",
+                    key,
+                    fingerprint(key, 1),
+                    |claim| async move { Ok::<_, ProviderTimeout>(claim.owner().to_string()) },
+                )
+                .await
+                .unwrap();
+            owners.push(owner);
+        }
+        owners
+    };
+    let first = owners(42).await;
+    assert_eq!(first, owners(42).await);
+    assert_ne!(first, owners(43).await);
+    assert_ne!(first[0], first[1]);
+}

@@ -6,8 +6,9 @@
 //! - [`layout`]: the Redis key of a record, `{prefix}{operation}:{key}` (default prefix
 //!   `idem:`), injective for a fixed prefix.
 //! - [`codec`]: the compact, versioned record encoding (60 bytes plus the body).
-//! - `scripts`: the Lua scripts, one per command, each on one key and judged by the
+//! - [`scripts`]: the Lua scripts, one per command, each on one key and judged by the
 //!   server's `TIME`, so they run unchanged on a Cluster.
+//! - [`watch`]: change notices that wake waiters on a standalone server.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), idem_redis::ConnectError> {
@@ -24,13 +25,16 @@
 //! # }
 //! ```
 //!
+//! Needs Redis 6.2 or later (`SET … PXAT`); tested on Redis 7.0.
+//!
 //! What Redis guarantees and what it does not (a restart without persistence, asynchronous
 //! replication and failover) is in MODEL.md, section "Redis".
 
 pub mod codec;
 pub mod layout;
-mod scripts;
+pub mod scripts;
 mod store;
+pub mod watch;
 
 pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout};

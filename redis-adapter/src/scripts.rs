@@ -11,19 +11,22 @@
 //!   nothing and answers `{'!', now, detail}`;
 //! - treats a record whose deadline is at or before `now` as absent, exactly like the core;
 //! - writes with `SET … PXAT deadline`, so Redis drops an expired record by itself;
-//! - checks the owner token itself for complete, renew and release (`I2`).
+//! - checks the owner token itself for complete, renew and release (`I2`);
+//! - when given a change channel (standalone servers), publishes the record's Redis key on it
+//!   after a complete or a release, which wakes waiters ([`crate::watch`]).
 //!
 //! Replies are arrays `{tag, now, …}`, with `now` the server's clock in milliseconds.
 //!
 //! | script   | tags |
 //! |----------|------|
-//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` [body] (replay) · `K` fingerprint (key reuse) |
+//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `K` fingerprint (key reuse) |
 //! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
 //! | renew    | `N` lease_until · `X` refusal |
 //! | release  | `D` · `X` refusal |
 //! | read     | `E` (absent) · `V` raw record |
 //!
-//! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed.
+//! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed. A value this adapter did
+//! not write: `!` detail.
 
 use redis::Script;
 
@@ -108,8 +111,12 @@ if rec.state == 3 then return {'P', now, rec.body} end
 return {'P', now}
 "#;
 
-/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms).
+/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms), the
+/// change channel ('' for none).
 const COMPLETE: &str = r#"
+local function changed()
+  if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+end
 local state = 2
 local body = nil
 if ARGV[3] == '1' then
@@ -119,11 +126,13 @@ end
 local expires_at = later(now, ARGV[5])
 if not rec then
   put(KEYS[1], state, ARGV[1], ARGV[2], expires_at, body)
+  changed()
   return {'C', now, 2}
 end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state == 1 then
   put(KEYS[1], state, ARGV[1], rec.fp, expires_at, body)
+  changed()
   return {'C', now, 1}
 end
 return {'C', now, 3}
@@ -139,12 +148,13 @@ put(KEYS[1], 1, ARGV[1], rec.fp, lease_until)
 return {'N', now, lease_until}
 "#;
 
-/// ARGV: owner.
+/// ARGV: owner, the change channel ('' for none).
 const RELEASE: &str = r#"
 if not rec then return {'X', now, 2} end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state ~= 1 then return {'X', now, 3} end
 redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
 return {'D', now}
 "#;
 

@@ -17,6 +17,7 @@ use thiserror::Error;
 use crate::codec::{self, MAX_DEADLINE_MS};
 use crate::layout::KeyLayout;
 use crate::scripts::Scripts;
+use crate::watch::Watch;
 
 /// The per-command timeout used when none is configured.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
@@ -94,6 +95,7 @@ pub struct RedisStoreBuilder {
     layout: KeyLayout,
     command_timeout: Duration,
     connect_timeout: Duration,
+    watch: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -102,6 +104,7 @@ impl Default for RedisStoreBuilder {
             layout: KeyLayout::default(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            watch: true,
         }
     }
 }
@@ -130,6 +133,16 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether a standalone store announces completes and releases on the channel
+    /// `{prefix}changed` and wakes its waiters with them (default on); see
+    /// [`Store::changed`]. Without it, waiters reserve again at their backoff. A Cluster
+    /// store never watches.
+    #[must_use]
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
     /// Connects to a standalone server at `url` (`redis://host:port/db`).
     pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
         let client = redis::Client::open(url).map_err(ConnectError::Config)?;
@@ -145,9 +158,15 @@ impl RedisStoreBuilder {
             .set_number_of_retries(2)
             .set_max_delay(self.connect_timeout);
         let manager = self
-            .first_connection(ConnectionManager::new_with_config(client, config))
+            .first_connection(ConnectionManager::new_with_config(client.clone(), config))
             .await?;
-        Ok(self.build(Connection::Standalone(manager)))
+        let watch = if self.watch {
+            let channel = format!("{}changed", self.layout.prefix());
+            Some(Watch::start(client, channel, self.connect_timeout).await)
+        } else {
+            None
+        };
+        Ok(self.build(Connection::Standalone(manager), watch))
     }
 
     /// Connects to a Cluster through any of its nodes (`redis://host:port` each).
@@ -174,7 +193,7 @@ impl RedisStoreBuilder {
         let connection = self
             .first_connection(async move { client.get_async_connection().await })
             .await?;
-        Ok(self.build(Connection::Cluster(connection)))
+        Ok(self.build(Connection::Cluster(connection), None))
     }
 
     async fn first_connection<C>(
@@ -190,10 +209,11 @@ impl RedisStoreBuilder {
         }
     }
 
-    fn build(self, connection: Connection) -> RedisStore {
+    fn build(self, connection: Connection, watch: Option<Watch>) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 connection,
+                watch,
                 layout: self.layout,
                 command_timeout: self.command_timeout,
                 scripts: Scripts::new(),
@@ -220,6 +240,7 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    watch: Option<Watch>,
     layout: KeyLayout,
     command_timeout: Duration,
     scripts: Scripts,
@@ -232,6 +253,7 @@ impl fmt::Debug for Inner {
             .field("connection", &self.connection)
             .field("layout", &self.layout)
             .field("command_timeout", &self.command_timeout)
+            .field("watch", &self.watch.as_ref().map(Watch::channel))
             .finish_non_exhaustive()
     }
 }
@@ -298,6 +320,12 @@ impl RedisStore {
     ) -> Result<(Reply, Timestamp), StoreError> {
         let redis_key = self.inner.layout.record_key(operation, key);
         let scripts = &self.inner.scripts;
+        let channel = || {
+            self.inner
+                .watch
+                .as_ref()
+                .map_or_else(Vec::new, |watch| watch.channel().as_bytes().to_vec())
+        };
         let (script, args): (&Script, Vec<Vec<u8>>) = match command {
             Command::Reserve {
                 owner,
@@ -325,13 +353,14 @@ impl RedisStore {
                         flag,
                         bytes,
                         millis(*retention),
+                        channel(),
                     ],
                 )
             }
             Command::Renew { owner, lease } => {
                 (&scripts.renew, vec![token(*owner), millis(*lease)])
             }
-            Command::Release { owner } => (&scripts.release, vec![token(*owner)]),
+            Command::Release { owner } => (&scripts.release, vec![token(*owner), channel()]),
             Command::Read => (&scripts.read, Vec::new()),
         };
         let value = self.invoke(script, &redis_key, args, command).await?;
@@ -378,6 +407,22 @@ impl Store for RedisStore {
         self.apply_timed(operation, key, command)
             .await
             .map(|(reply, _)| reply)
+    }
+
+    /// On a standalone store with its watch on, resolves when a complete or release of
+    /// this record is announced (see [`crate::watch`]); otherwise never, and the waiter's
+    /// backoff governs.
+    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        let watch = self.inner.watch.as_ref().map(|watch| {
+            let redis_key = self.inner.layout.record_key(operation, key);
+            watch.changed(redis_key)
+        });
+        async move {
+            match watch {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        }
     }
 }
 

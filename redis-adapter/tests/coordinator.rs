@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem::{Coordinator, Error, Fingerprint, InFlightPolicy, Options, StoreFailurePolicy};
+use idem::{
+    Coordinator, Error, Fingerprint, InFlightPolicy, Options, Provenance, StoreFailurePolicy,
+};
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::scenarios::{self, Provider};
@@ -127,4 +129,83 @@ async fn a_dead_server_fails_open_or_closed_and_is_counted() {
     assert_eq!(ran.load(Ordering::SeqCst), 1);
     assert_eq!(open.metrics().failed_open, 1);
     assert!(store.stats().unavailable >= 2);
+}
+
+/// Callers in a loop while the server is killed under them: every call ends in an answer
+/// its policy allows, nothing panics, and the failures are counted.
+async fn killed_mid_run(on_failure: StoreFailurePolicy) -> (Vec<Result<Provenance, String>>, u64) {
+    let mut server = RedisServer::start();
+    let store = RedisStore::builder()
+        .command_timeout(Duration::from_millis(200))
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let options = Options::builder()
+        .on_store_failure(on_failure)
+        .backoff_initial(Duration::from_millis(5))
+        .build()
+        .unwrap();
+    let payments = Coordinator::new(store, options);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let (payments, stop) = (payments.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    i += 1;
+                    let key = format!("task-{t}-call-{i}");
+                    let fp = Fingerprint::of_bytes(key.as_bytes());
+                    let answer = payments
+                        .execute_with_provenance("payment.charge", &key, fp, |_claim| async {
+                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            Ok::<u32, String>(1)
+                        })
+                        .await;
+                    answers.push(answer.map(|o| o.provenance).map_err(|e| e.to_string()));
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.extend(task.await.expect("no caller panics"));
+    }
+    (answers, payments.metrics().store_errors.total())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_run_fails_closed_for_every_caller() {
+    let (answers, store_errors) = killed_mid_run(StoreFailurePolicy::FailClosed).await;
+    let executed = answers.iter().filter(|a| a.is_ok()).count();
+    let refused = answers
+        .iter()
+        .filter(|a| matches!(a, Err(e) if e.starts_with("idempotency store unavailable")))
+        .count();
+    assert!(executed > 0, "calls before the kill ran");
+    assert!(refused > 0, "calls after the kill were refused");
+    assert_eq!(executed + refused, answers.len(), "{answers:?}");
+    assert!(store_errors > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_run_fails_open_for_every_caller() {
+    let (answers, store_errors) = killed_mid_run(StoreFailurePolicy::FailOpen).await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let unprotected = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(Provenance::ExecutedUnprotected { .. })))
+        .count();
+    assert!(unprotected > 0);
+    assert!(
+        answers.len() > unprotected,
+        "calls before the kill were protected"
+    );
+    assert!(store_errors > 0);
 }

@@ -16,9 +16,9 @@ use idem_core::{
 };
 use idem_redis::{RedisStore, codec};
 use redis::AsyncCommands;
-use support::RedisServer;
 use support::attempt::drive;
 use support::proxy::Proxy;
+use support::{RedisServer, raw_command};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -53,8 +53,11 @@ fn charge(effects: &Arc<AtomicU32>) -> impl AsyncFnOnce() -> ActionResult + use<
     }
 }
 
+/// A store whose only connection is the command connection (no watch subscription), so
+/// that a proxy's faults hit the commands under test.
 async fn store_at(url: &str) -> RedisStore {
     RedisStore::builder()
+        .watch(false)
         .command_timeout(TIMEOUT)
         .connect_timeout(TIMEOUT)
         .connect(url)
@@ -275,4 +278,62 @@ async fn a_reply_lost_after_the_reserve_applied_is_retried_with_the_same_token()
     assert_eq!(seen.runs, 1);
     assert_eq!(effects.load(Ordering::SeqCst), 2, "one effect per key");
     assert!(proxy.connections() >= 2, "the store reconnected");
+}
+
+/// Asynchronous replication: a reserve the master acknowledged, but had not yet sent to its
+/// replica, is gone after the replica is promoted (MODEL.md, "Redis"). The replication link
+/// runs through the proxy, which is stalled before the write.
+#[tokio::test]
+async fn a_failover_can_lose_an_acknowledged_reserve() {
+    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let link = Proxy::start(master.port).await;
+    let link_port = link.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    let on_master = store_at(&master.url()).await;
+    let op = Operation::new("payment.charge").unwrap();
+    let reserve = |owner: u128| Command::Reserve {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease: Duration::from_secs(30),
+    };
+    let replicated = Key::new("replicated").unwrap();
+    let lost = Key::new("lost").unwrap();
+
+    assert!(matches!(
+        on_master.apply(&op, &replicated, reserve(1)).await,
+        Ok(Reply::Reserved(_))
+    ));
+    let replicated_key = on_master.layout().record_key(&op, &replicated);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw_command(replica.port, &format!("EXISTS {replicated_key}")).unwrap_or_default()
+        != ":1\r\n"
+    {
+        assert!(Instant::now() < deadline, "the replica never synchronised");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    link.stall();
+    assert!(matches!(
+        on_master.apply(&op, &lost, reserve(2)).await,
+        Ok(Reply::Reserved(_))
+    ));
+    master.kill();
+    let promoted = raw_command(replica.port, "REPLICAOF NO ONE").unwrap();
+    assert!(promoted.starts_with("+OK"), "{promoted}");
+
+    let on_replica = store_at(&replica.url()).await;
+    assert!(matches!(
+        on_replica.apply(&op, &replicated, Command::Read).await,
+        Ok(Reply::Read(Some(Record::Pending { .. })))
+    ));
+    // The acknowledged reservation is gone: another caller takes the key, and its action
+    // would run a second time.
+    assert_eq!(
+        on_replica.apply(&op, &lost, Command::Read).await.unwrap(),
+        Reply::Read(None)
+    );
+    assert!(matches!(
+        on_replica.apply(&op, &lost, reserve(3)).await,
+        Ok(Reply::Reserved(r)) if r.owner == OwnerToken::from_u128(3)
+    ));
 }

@@ -421,3 +421,46 @@ async fn record_size() {
         sizes[0], sizes[1]
     );
 }
+
+/// Whether `waiter`'s watch on (`o`, `k`) resolves once `writer` applies `command`.
+async fn wakes(
+    waiter: &RedisStore,
+    writer: &RedisStore,
+    (o, k): (&Operation, &Key),
+    watched: &Key,
+    command: Command,
+    within: Duration,
+) -> bool {
+    // The watch starts at the call, before the command is sent.
+    let changed = waiter.changed(o, watched);
+    writer.apply(o, k, command).await.unwrap();
+    tokio::time::timeout(within, changed).await.is_ok()
+}
+
+#[tokio::test]
+async fn completes_and_releases_wake_waiters_of_their_key() {
+    let server = RedisServer::start();
+    let waiter = RedisStore::connect(&server.url()).await.unwrap();
+    let writer = RedisStore::connect(&server.url()).await.unwrap();
+    let o = op("op");
+    let (done, failed, other) = (key("done"), key("failed"), key("other"));
+    writer.apply(&o, &done, reserve(1, b"a")).await.unwrap();
+    writer.apply(&o, &failed, reserve(1, b"a")).await.unwrap();
+    let (soon, never) = (Duration::from_secs(2), Duration::from_millis(300));
+    let done_by_1 = complete(1, b"a", None);
+    assert!(wakes(&waiter, &writer, (&o, &done), &done, done_by_1, soon).await);
+    assert!(wakes(&waiter, &writer, (&o, &failed), &failed, release(1), soon).await);
+    // A renewal is not a change; another key's change is not this key's.
+    writer.apply(&o, &failed, reserve(2, b"a")).await.unwrap();
+    assert!(!wakes(&waiter, &writer, (&o, &failed), &failed, renew(2), never).await);
+    assert!(!wakes(&waiter, &writer, (&o, &failed), &other, release(2), never).await);
+
+    // The check catches a writer that does not announce.
+    let silent = RedisStore::builder()
+        .watch(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    silent.apply(&o, &other, reserve(3, b"a")).await.unwrap();
+    assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(3), never).await);
+}

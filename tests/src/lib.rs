@@ -1,3 +1,40 @@
-//! Model checking (loom, shuttle) and cross-crate tests of idem
+//! Model checking of idem: the real record machine and the real attempt machine, driven by
+//! callers that are loom or shuttle threads.
 //!
-//! Not built yet: this crate is filled by its own issue.
+//! The pieces, one module each:
+//!
+//! - [`history`]: what happened in one run (store steps, effects on the provider, crashes,
+//!   outcomes), stamped with the store's logical clock, and its readable explanation.
+//! - [`check`]: the pure judge of a history against MODEL.md's invariants (`I1`..`I11`) and
+//!   the effect count they allow (`I7`).
+//! - [`coverage`]: what a set of runs exercised, so a passing test shows it reached the
+//!   paths it claims to check.
+//! - [`variant`]: the store as it is (`record::apply`) and the known bugs of other
+//!   implementations, built around it here, never in the library.
+//! - [`world`]: the shared state behind the checker's lock: the records, the provider (the
+//!   card statement) and the history being written.
+//! - [`platform`]: the few synchronisation primitives the harness needs, for loom and for
+//!   shuttle.
+//! - [`caller`]: one client driving `idem_core::Attempt` exactly as a driver does, with
+//!   crashes, failing actions, slow actions that renew, lost replies and a skewed clock.
+//! - [`scenario`]: a set of callers, keys and clock ticks, run on a platform and judged.
+
+pub mod caller;
+pub mod check;
+pub mod coverage;
+pub mod explore;
+pub mod history;
+pub mod platform;
+pub mod scenario;
+pub mod variant;
+pub mod world;
+
+pub use caller::{Action, CallerPlan, Fault, FaultKind};
+pub use check::{Counterexample, Invariant, Violation, check_run};
+pub use coverage::Coverage;
+pub use explore::{Exploration, ShuttleSchedules, loom_explore, shuttle_explore, shuttle_replay};
+pub use history::{AttemptId, Event, EventKind, History};
+pub use platform::{Loom, Platform, Shuttle};
+pub use scenario::Scenario;
+pub use variant::Variant;
+pub use world::{Charge, Provider, World};

@@ -178,6 +178,11 @@ impl<S: Store> FlakyStore<S> {
         self
     }
 
+    /// Forgets every scheduled fault.
+    pub fn clear_faults(&self) {
+        self.rules.lock().unwrap().clear();
+    }
+
     /// Every command fails (not applied) while down.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
@@ -255,6 +260,8 @@ pub enum Bug {
     GrantsEveryReserve,
     /// Answers `Released` to a release without applying it.
     DropsReleases,
+    /// Answers `Renewed` to a renewal without applying it: the lease is never extended.
+    IgnoresRenewals,
 }
 
 impl Broken {
@@ -281,6 +288,13 @@ impl Store for Broken {
                 }))
             }
             (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),
+            (Bug::IgnoresRenewals, Command::Renew { owner, lease }) => {
+                let lease_until = self.inner.now().saturating_add(*lease);
+                Ok(Reply::Renewed(idem_core::Reservation {
+                    owner: *owner,
+                    lease_until,
+                }))
+            }
             _ => self.inner.apply(operation, key, command).await,
         }
     }
@@ -301,6 +315,26 @@ impl Store for Silent {
     ) -> impl Future<Output = Result<Reply, StoreError>> + Send {
         self.inner.apply(operation, key, command)
     }
+}
+
+/// Spawns a call of `payment.charge` under `key` whose action takes `takes`, then returns
+/// `result`.
+pub fn spawn_call<S: Store>(
+    coordinator: &Coordinator<S>,
+    key: &'static str,
+    fingerprint: Fingerprint,
+    takes: Duration,
+    result: Result<u32, ProviderTimeout>,
+) -> tokio::task::JoinHandle<Result<u32, idem::Error<ProviderTimeout>>> {
+    let coordinator = coordinator.clone();
+    tokio::spawn(async move {
+        coordinator
+            .execute("payment.charge", key, fingerprint, |_claim| async move {
+                tokio::time::sleep(takes).await;
+                result
+            })
+            .await
+    })
 }
 
 /// Reads the live record of `key`, as the store sees it now.

@@ -56,6 +56,7 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    cluster: bool,
 }
 
 impl RedisServer {
@@ -66,17 +67,37 @@ impl RedisServer {
 
     /// Starts a server with extra `--name value` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_inner(extra, false)
+    }
+
+    /// Starts a cluster-enabled server (its bus on a free port of its own: the default,
+    /// port + 10000, does not exist for ports above 55535).
+    pub fn start_cluster_node() -> Self {
+        Self::start_inner(&[], true)
+    }
+
+    fn start_inner(extra: &[&str], cluster: bool) -> Self {
         let mut server = Self {
-            port: free_port(),
+            port: 0,
             child: None,
             dir: scratch_dir(),
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            cluster,
         };
-        server.spawn();
-        server
+        // A free port can be taken by another test between our check and the server's
+        // bind: try again on another.
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!("redis-server would not start: {failures:?}");
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Result<(), String> {
         let mut command = Command::new("redis-server");
         command
             .arg("--port")
@@ -88,6 +109,14 @@ impl RedisServer {
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if self.cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", "2000"])
+                .arg("--cluster-port")
+                .arg(free_port().to_string());
+        }
         let child = match command.spawn() {
             Ok(child) => child,
             Err(error) => panic!(
@@ -96,24 +125,26 @@ impl RedisServer {
             ),
         };
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let start = Instant::now();
         loop {
             if let Ok(reply) = raw_command(self.port, "PING")
                 && reply.starts_with("+PONG")
             {
-                return;
+                return Ok(());
             }
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                panic!(
+                self.child = None;
+                let _ = std::fs::remove_file(self.dir.join("nodes.conf"));
+                return Err(format!(
                     "redis-server on port {} exited at start: {status}",
                     self.port
-                );
+                ));
             }
             assert!(
                 start.elapsed() < Duration::from_secs(10),
@@ -156,7 +187,7 @@ impl RedisServer {
             assert!(start.elapsed() < Duration::from_secs(5), "port stays busy");
             sleep(Duration::from_millis(10));
         }
-        self.spawn();
+        self.spawn().unwrap();
     }
 
     /// A plain redis-rs connection, for planting and inspecting values.
@@ -185,18 +216,7 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts three cluster-enabled servers, joins them, and waits for `cluster_state:ok`.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_cluster_node()).collect();
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

@@ -1,0 +1,175 @@
+//! What a set of runs exercised, so that a test can assert that its schedules reached the
+//! paths it claims to check (a takeover, a renewal, a replay, a lost lease) instead of
+//! passing because nothing interesting happened.
+
+use std::fmt;
+
+use idem_core::record::{Record, Reply};
+use idem_core::{Outcome, Protection, Timestamp};
+
+use crate::history::{EventKind, History};
+
+/// Counts of paths taken, summed over runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Runs counted.
+    pub runs: u64,
+    /// Outcomes `Executed`.
+    pub executed: u64,
+    /// Outcomes `Replayed`.
+    pub replayed: u64,
+    /// Outcomes `KeyReuse`.
+    pub key_reuse: u64,
+    /// Outcomes `InProgress`.
+    pub in_progress: u64,
+    /// Outcomes `ActionFailed`.
+    pub action_failed: u64,
+    /// Outcomes `StoreUnavailable`.
+    pub store_unavailable: u64,
+    /// Executions that ran unprotected (`FailedOpen`).
+    pub failed_open: u64,
+    /// Executions that reported `lease_lost`.
+    pub lease_lost: u64,
+    /// Callers that crashed mid-action.
+    pub crashes: u64,
+    /// Renewals granted.
+    pub renewals: u64,
+    /// Reservations granted over another owner's expired reservation.
+    pub takeovers: u64,
+    /// Store replies lost after the command was applied.
+    pub lost_replies: u64,
+    /// Times an attempt's machine said its lease was held (each checked against the store).
+    pub lease_views: u64,
+    /// Keys charged more than once in a run (each excused, or the run failed).
+    pub repeated_effects: u64,
+}
+
+impl Coverage {
+    /// What one run exercised.
+    pub fn of(history: &History) -> Self {
+        let mut c = Coverage {
+            runs: 1,
+            ..Coverage::default()
+        };
+        for event in &history.events {
+            match &event.kind {
+                EventKind::Finished(outcome) => match outcome {
+                    Outcome::Executed(execution) => {
+                        c.executed += 1;
+                        c.lease_lost += u64::from(execution.lease_lost);
+                        c.failed_open += u64::from(execution.protection == Protection::FailedOpen);
+                    }
+                    Outcome::Replayed { .. } => c.replayed += 1,
+                    Outcome::KeyReuse { .. } => c.key_reuse += 1,
+                    Outcome::InProgress => c.in_progress += 1,
+                    Outcome::ActionFailed { .. } => c.action_failed += 1,
+                    Outcome::StoreUnavailable => c.store_unavailable += 1,
+                },
+                EventKind::Crashed => c.crashes += 1,
+                EventKind::BelievedHeld { .. } => c.lease_views += 1,
+                EventKind::Store {
+                    reply: Some(reply),
+                    before,
+                    delivered,
+                    ..
+                } => {
+                    c.lost_replies += u64::from(!delivered);
+                    match reply {
+                        Reply::Renewed(_) => c.renewals += 1,
+                        Reply::Reserved(granted) => {
+                            let now = Timestamp::from_millis(event.at);
+                            let takeover = matches!(before, Some(record @ Record::Pending { .. })
+                                if record.owner() != granted.owner && record.is_expired(now));
+                            c.takeovers += u64::from(takeover);
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut keys: Vec<usize> = history.events.iter().map(|e| e.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        c.repeated_effects = keys.into_iter().filter(|k| history.charges(*k) > 1).count() as u64;
+        c
+    }
+
+    /// Adds another count to this one.
+    pub fn add(&mut self, other: &Coverage) {
+        self.runs += other.runs;
+        self.executed += other.executed;
+        self.replayed += other.replayed;
+        self.key_reuse += other.key_reuse;
+        self.in_progress += other.in_progress;
+        self.action_failed += other.action_failed;
+        self.store_unavailable += other.store_unavailable;
+        self.failed_open += other.failed_open;
+        self.lease_lost += other.lease_lost;
+        self.crashes += other.crashes;
+        self.renewals += other.renewals;
+        self.takeovers += other.takeovers;
+        self.lost_replies += other.lost_replies;
+        self.lease_views += other.lease_views;
+        self.repeated_effects += other.repeated_effects;
+    }
+
+    /// Every count, by name.
+    pub fn counts(&self) -> [(&'static str, u64); 14] {
+        [
+            ("executed", self.executed),
+            ("replayed", self.replayed),
+            ("key_reuse", self.key_reuse),
+            ("in_progress", self.in_progress),
+            ("action_failed", self.action_failed),
+            ("store_unavailable", self.store_unavailable),
+            ("failed_open", self.failed_open),
+            ("lease_lost", self.lease_lost),
+            ("crashes", self.crashes),
+            ("renewals", self.renewals),
+            ("takeovers", self.takeovers),
+            ("lost_replies", self.lost_replies),
+            ("lease_views", self.lease_views),
+            ("repeated_effects", self.repeated_effects),
+        ]
+    }
+
+    /// The paths never taken, by name.
+    pub fn missing(&self) -> Vec<&'static str> {
+        self.missing_of(&self.counts().map(|(name, _)| name))
+    }
+
+    /// Which of `names` were never taken (an unknown name counts as never taken).
+    pub fn missing_of(&self, names: &[&'static str]) -> Vec<&'static str> {
+        let counts = self.counts();
+        names
+            .iter()
+            .copied()
+            .filter(|name| !counts.iter().any(|(n, count)| n == name && *count > 0))
+            .collect()
+    }
+}
+
+impl fmt::Display for Coverage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs: executed {}, replayed {}, key reuse {}, in progress {}, action failed {}, store unavailable {}, failed open {}, lease lost {}, crashes {}, renewals {}, takeovers {}, lost replies {}, lease views {}, keys charged twice {}",
+            self.runs,
+            self.executed,
+            self.replayed,
+            self.key_reuse,
+            self.in_progress,
+            self.action_failed,
+            self.store_unavailable,
+            self.failed_open,
+            self.lease_lost,
+            self.crashes,
+            self.renewals,
+            self.takeovers,
+            self.lost_replies,
+            self.lease_views,
+            self.repeated_effects
+        )
+    }
+}

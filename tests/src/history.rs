@@ -1,0 +1,309 @@
+//! What happened in one run, in the order the checker's lock saw it.
+//!
+//! Every event is stamped with the store's logical clock at the moment it happened, so a
+//! person can read a counterexample as a story: who sent what, what the record was before
+//! and after, who charged the card, who crashed, and what each caller was told.
+
+use std::fmt;
+
+use idem_core::record::{Command, Record, Reply};
+use idem_core::{Fingerprint, Outcome, OwnerToken};
+
+/// One attempt: the caller that made it and its number among that caller's attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId {
+    /// The caller (a thread of the model).
+    pub caller: usize,
+    /// The attempt's number, from zero; a client retry is the next number.
+    pub attempt: u32,
+}
+
+impl AttemptId {
+    /// The owner token of this attempt: unique per attempt, as the protocol requires.
+    pub fn owner(self) -> OwnerToken {
+        OwnerToken::from_u128((u128::from(self.caller as u64) << 32) | u128::from(self.attempt + 1))
+    }
+
+    /// The attempt that holds `owner`, if the token was made by [`AttemptId::owner`].
+    pub fn of_owner(owner: OwnerToken) -> Option<Self> {
+        let bits = owner.as_u128();
+        let caller = usize::try_from(bits >> 32).ok()?;
+        let attempt = u32::try_from(bits & 0xffff_ffff).ok()?.checked_sub(1)?;
+        Some(Self { caller, attempt })
+    }
+}
+
+impl fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "c{}.{}", self.caller, self.attempt)
+    }
+}
+
+/// One thing that happened.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The store's logical clock, in milliseconds, when it happened (for
+    /// [`EventKind::BelievedHeld`], the time it speaks of).
+    pub at: u64,
+    /// Who did it.
+    pub who: AttemptId,
+    /// The key it concerned (an index into the scenario's keys).
+    pub key: usize,
+    /// The fingerprint of the request the attempt carries.
+    pub fingerprint: Fingerprint,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What happened.
+// Histories are short and written once; boxing the store step would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    /// The store applied `command`, or could not be reached.
+    Store {
+        /// The command as sent.
+        command: Command,
+        /// The stored state before.
+        before: Option<Record>,
+        /// The record machine's reply; `None` when the store could not be reached and
+        /// nothing was applied.
+        reply: Option<Reply>,
+        /// The stored state after.
+        after: Option<Record>,
+        /// Whether the caller received the reply (false: it saw a store error instead).
+        delivered: bool,
+    },
+    /// The action ran and charged the card (the provider's statement has the line).
+    Charged {
+        /// The charge's result, returned to the caller and recorded.
+        body: Vec<u8>,
+    },
+    /// The action ran and was declined: no effect, a failure for the caller.
+    Declined,
+    /// The attempt's machine said its lease was held (`LeaseState::Held`) when the store's
+    /// clock read `held_at` (written down with the caller's next step).
+    BelievedHeld {
+        /// The store's clock when the machine said so.
+        held_at: u64,
+    },
+    /// The caller crashed while its action ran: it never completes or releases.
+    Crashed,
+    /// The attempt ended with this outcome.
+    Finished(Outcome),
+    /// The attempt neither finished nor could move (a livelock or a stall).
+    Stuck(String),
+    /// The driver fed the machine an input it refused (a harness or core bug).
+    Protocol(String),
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Every event, in the order of the checker's lock.
+    pub events: Vec<Event>,
+}
+
+impl History {
+    /// The outcome of an attempt, if it finished.
+    pub fn outcome(&self, who: AttemptId) -> Option<&Outcome> {
+        self.events.iter().find_map(|e| match &e.kind {
+            EventKind::Finished(outcome) if e.who == who => Some(outcome),
+            _ => None,
+        })
+    }
+
+    /// Whether the attempt crashed.
+    pub fn crashed(&self, who: AttemptId) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.who == who && matches!(e.kind, EventKind::Crashed))
+    }
+
+    /// Every outcome, with the attempt that got it.
+    pub fn outcomes(&self) -> impl Iterator<Item = (&Event, &Outcome)> {
+        self.events.iter().filter_map(|e| match &e.kind {
+            EventKind::Finished(outcome) => Some((e, outcome)),
+            _ => None,
+        })
+    }
+
+    /// The number of charges on `key`: the card statement's line count.
+    pub fn charges(&self, key: usize) -> usize {
+        self.events
+            .iter()
+            .filter(|e| e.key == key && matches!(e.kind, EventKind::Charged { .. }))
+            .count()
+    }
+}
+
+impl fmt::Display for History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, event) in self.events.iter().enumerate() {
+            writeln!(
+                f,
+                "#{index:<3} t+{:<6} {} key {}: {}",
+                event.at,
+                event.who,
+                event.key,
+                Explain(&event.kind)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// An event kind written for a person.
+struct Explain<'a>(&'a EventKind);
+
+impl fmt::Display for Explain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            EventKind::Store {
+                command,
+                before,
+                reply,
+                after,
+                delivered,
+            } => {
+                write!(f, "{} ", ShortCommand(command))?;
+                let Some(reply) = reply else {
+                    return write!(f, "-> store unreachable (not applied)");
+                };
+                write!(f, "-> {}", ShortReply(reply))?;
+                if !delivered {
+                    write!(f, " (reply lost)")?;
+                }
+                write!(f, " | {} => {}", ShortRecord(before), ShortRecord(after))
+            }
+            EventKind::Charged { body } => {
+                write!(f, "CHARGED {:?}", String::from_utf8_lossy(body))
+            }
+            EventKind::Declined => write!(f, "action declined (failed, no effect)"),
+            EventKind::Crashed => write!(f, "CRASHED mid-action"),
+            EventKind::BelievedHeld { held_at } => {
+                write!(f, "(its machine said at t+{held_at}: lease held)")
+            }
+            EventKind::Finished(outcome) => write!(f, "outcome {}", ShortOutcome(outcome)),
+            EventKind::Stuck(why) => write!(f, "STUCK: {why}"),
+            EventKind::Protocol(why) => write!(f, "PROTOCOL ERROR: {why}"),
+        }
+    }
+}
+
+fn owner_label(owner: OwnerToken) -> String {
+    AttemptId::of_owner(owner).map_or_else(|| owner.to_string(), |who| who.to_string())
+}
+
+fn fp_label(fingerprint: Fingerprint) -> String {
+    fingerprint.to_string().chars().take(6).collect()
+}
+
+struct ShortCommand<'a>(&'a Command);
+
+impl fmt::Display for ShortCommand<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Command::Reserve {
+                fingerprint, lease, ..
+            } => write!(
+                f,
+                "reserve(fp {}, lease {}ms)",
+                fp_label(*fingerprint),
+                lease.as_millis()
+            ),
+            Command::Complete { body, .. } => write!(f, "complete({})", BodyLabel(body.as_ref())),
+            Command::Renew { lease, .. } => write!(f, "renew({}ms)", lease.as_millis()),
+            Command::Release { .. } => write!(f, "release"),
+            Command::Read => write!(f, "read"),
+        }
+    }
+}
+
+struct BodyLabel<'a>(Option<&'a idem_core::Body>);
+
+impl fmt::Display for BodyLabel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(body) => write!(f, "{:?}", String::from_utf8_lossy(body.as_bytes())),
+            None => write!(f, "no body"),
+        }
+    }
+}
+
+struct ShortReply<'a>(&'a Reply);
+
+impl fmt::Display for ShortReply<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Reply::Reserved(r) => write!(
+                f,
+                "Reserved({} until t+{})",
+                owner_label(r.owner),
+                r.lease_until.as_millis()
+            ),
+            Reply::InFlight { lease_until } => {
+                write!(f, "InFlight(until t+{})", lease_until.as_millis())
+            }
+            Reply::Replay { body } => write!(f, "Replay({})", BodyLabel(body.as_ref())),
+            Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
+            Reply::Completed(c) => write!(f, "Completed({c:?})"),
+            Reply::Renewed(r) => write!(f, "Renewed(until t+{})", r.lease_until.as_millis()),
+            Reply::Released => write!(f, "Released"),
+            Reply::Refused(r) => write!(f, "Refused({r:?})"),
+            Reply::Read(record) => write!(f, "Read({})", ShortRecord(record)),
+        }
+    }
+}
+
+/// A record (or an absent key) written for a person.
+pub(crate) struct ShortRecord<'a>(pub(crate) &'a Option<Record>);
+
+impl fmt::Display for ShortRecord<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => write!(f, "absent"),
+            Some(Record::Pending {
+                owner,
+                fingerprint,
+                lease_until,
+            }) => write!(
+                f,
+                "Pending({}, fp {}, until t+{})",
+                owner_label(*owner),
+                fp_label(*fingerprint),
+                lease_until.as_millis()
+            ),
+            Some(Record::Completed {
+                owner,
+                fingerprint,
+                body,
+                expires_at,
+            }) => write!(
+                f,
+                "Completed({}, fp {}, {}, until t+{})",
+                owner_label(*owner),
+                fp_label(*fingerprint),
+                BodyLabel(body.as_ref()),
+                expires_at.as_millis()
+            ),
+        }
+    }
+}
+
+struct ShortOutcome<'a>(&'a Outcome);
+
+impl fmt::Display for ShortOutcome<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Outcome::Replayed { body } => write!(f, "Replayed({})", BodyLabel(body.as_ref())),
+            Outcome::KeyReuse { stored, given } => write!(
+                f,
+                "KeyReuse(stored fp {}, given fp {})",
+                fp_label(*stored),
+                fp_label(*given)
+            ),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}

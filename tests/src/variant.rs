@@ -1,0 +1,104 @@
+//! The store under test: the real record machine, or one of the known bugs of other
+//! implementations built around it.
+//!
+//! The bugs live here, in the test harness, and never in the library. Each is the real
+//! [`apply`] with the stored state or the clock rewritten the way the buggy implementation
+//! effectively sees it, so the rest of the machine is the one that ships.
+
+use idem_core::record::{Command, Record, Transition, Write, apply};
+use idem_core::{OwnerToken, Timestamp};
+
+/// Which store (and, for [`Variant::ResultCache`], which caller protocol) a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// `idem_core::record::apply` as it is, with `idem_core::Attempt` callers.
+    Correct,
+    /// No reservation: each caller reads the key and, if nothing is there, runs the action
+    /// and stores its result. Passes every sequential test; charges twice when two
+    /// requests overlap (`I7`).
+    ResultCache,
+    /// Complete writes the result whoever holds the key: a holder whose lease ran out
+    /// overwrites the record of the holder that took over (`I2`, `I3`).
+    CompleteWithoutOwnerCheck,
+    /// Release deletes the key whoever holds it: a stale holder whose action failed frees
+    /// the live holder's key for a third caller (`I2`, then `I1`).
+    ReleaseWithoutOwnerCheck,
+    /// Renew extends the key's lease whoever holds it: a stale holder keeps the new
+    /// holder's reservation alive and is told it still holds the key (`I2`).
+    RenewWithoutOwnerCheck,
+    /// Expiry judged by the clock of the caller that sends the command instead of the
+    /// store's: a caller whose clock runs ahead sees a live lease as expired (`I1`).
+    SkewedClock,
+}
+
+impl Variant {
+    /// Every variant that carries a known bug.
+    pub const BROKEN: [Variant; 5] = [
+        Variant::ResultCache,
+        Variant::CompleteWithoutOwnerCheck,
+        Variant::ReleaseWithoutOwnerCheck,
+        Variant::RenewWithoutOwnerCheck,
+        Variant::SkewedClock,
+    ];
+
+    /// Whether callers use the naive read-run-store protocol instead of `Attempt`.
+    pub fn naive_callers(self) -> bool {
+        self == Variant::ResultCache
+    }
+
+    /// One store step: the reply to `command` on `stored`. `store_now` is the store's clock,
+    /// `skewed_now` the store's clock as the sending caller's skewed clock reads it (only
+    /// [`Variant::SkewedClock`] looks at it).
+    pub fn step(
+        self,
+        stored: Option<&Record>,
+        command: Command,
+        store_now: Timestamp,
+        skewed_now: Timestamp,
+    ) -> Transition {
+        match (self, &command) {
+            (Variant::SkewedClock, _) => apply(stored, command, skewed_now),
+            (Variant::CompleteWithoutOwnerCheck, Command::Complete { owner, .. })
+            | (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner }) => {
+                let seen = stored.map(|record| as_reservation_of(record, *owner));
+                apply(seen.as_ref(), command, store_now)
+            }
+            (Variant::RenewWithoutOwnerCheck, Command::Renew { owner, .. }) => match stored {
+                Some(record @ Record::Pending { owner: holder, .. }) if holder != owner => {
+                    let holder = *holder;
+                    let seen = as_reservation_of(record, *owner);
+                    let mut transition = apply(Some(&seen), command, store_now);
+                    // The lease is extended, but the key stays the holder's.
+                    if let Write::Put(Record::Pending {
+                        fingerprint,
+                        lease_until,
+                        ..
+                    }) = transition.write
+                    {
+                        transition.write = Write::Put(Record::Pending {
+                            owner: holder,
+                            fingerprint,
+                            lease_until,
+                        });
+                    }
+                    transition
+                }
+                _ => apply(stored, command, store_now),
+            },
+            _ => apply(stored, command, store_now),
+        }
+    }
+}
+
+/// The record as an implementation without an owner check sees it: whatever holds the key
+/// is taken for `owner`'s own reservation.
+fn as_reservation_of(record: &Record, owner: OwnerToken) -> Record {
+    if record.owner() == owner {
+        return record.clone();
+    }
+    Record::Pending {
+        owner,
+        fingerprint: record.fingerprint(),
+        lease_until: record.expires_at(),
+    }
+}

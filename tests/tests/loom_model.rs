@@ -1,0 +1,305 @@
+//! loom: every schedule (up to the preemption bound) of two and three callers on one key,
+//! driving the real attempt machine against the real record machine, with a clock thread
+//! that can make the lease run out between any two steps. Each run is judged against
+//! MODEL.md's invariants; each test prints the number of schedules explored and the paths
+//! they reached, and asserts the paths it is about were reached.
+//!
+//! Bounds: two callers (four loom threads with the clock and the main thread) at preemption
+//! bound 3, three callers (five threads, loom's limit) at bound 2; the failing-then-retrying
+//! caller, whose two attempts double the steps, at bound 2. Together about 230,000 schedules,
+//! under a minute on two cores.
+
+use idem_core::{InFlightPolicy, Options, Outcome, StoreFailurePolicy};
+use idem_tests::caller::{Action, CallerPlan, Fault, FaultKind};
+use idem_tests::scenario::{LEASE_MS, model_options};
+use idem_tests::{Exploration, History, Scenario, Variant, loom_explore};
+
+fn options() -> Options {
+    model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)
+        .expect("model options are valid")
+}
+
+/// The reserve of the first attempt fails twice with the store unreachable: with one retry
+/// allowed, the attempt gives up on the store.
+fn store_unreachable() -> Vec<Fault> {
+    (0..2)
+        .map(|nth| Fault {
+            attempt: 0,
+            command: "reserve",
+            nth,
+            kind: FaultKind::Unreachable,
+        })
+        .collect()
+}
+
+fn caller() -> CallerPlan {
+    CallerPlan::new(0, 0, options())
+}
+
+fn one_key(callers: Vec<CallerPlan>) -> Scenario {
+    Scenario {
+        variant: Variant::Correct,
+        keys: 1,
+        callers,
+        clock_ticks: vec![LEASE_MS],
+    }
+}
+
+/// Explores `scenario`, asserts every schedule passed, and that the schedules reached each
+/// path named in `reaches` (see `Coverage::counts`).
+fn passes(
+    name: &str,
+    scenario: &Scenario,
+    bound: usize,
+    expect: Option<idem_tests::explore::Expectation>,
+    reaches: &[&'static str],
+) -> Exploration {
+    let exploration = loom_explore(scenario, bound, expect);
+    println!(
+        "{name}: {} schedules at preemption bound {bound}, {} threads",
+        exploration.schedules,
+        scenario.callers.len() + 1 + usize::from(!scenario.clock_ticks.is_empty())
+    );
+    if let Some(counterexample) = &exploration.counterexample {
+        panic!("{name}: {counterexample}");
+    }
+    if let Some(failure) = &exploration.failure {
+        panic!("{name}: {failure}");
+    }
+    assert!(
+        exploration.schedules > 1,
+        "{name}: explored only one schedule"
+    );
+    println!("{name}: {}", exploration.coverage);
+    let missing = exploration.coverage.missing_of(reaches);
+    assert!(
+        missing.is_empty(),
+        "{name}: no schedule reached {missing:?}"
+    );
+    exploration
+}
+
+/// The caller whose first action fails (caller 0) ends with the action run or the other
+/// caller's result replayed, never with its failure: the failure was not cached (`I5`). The
+/// lease (1 s) is shorter than a waiter's deadline (1.5 s) and the other caller's action is
+/// quick, so a retry always gets an answer.
+fn the_failed_caller_gets_an_answer(history: &History) -> Result<(), String> {
+    let last = history
+        .outcomes()
+        .filter(|(event, _)| event.who.caller == 0)
+        .last()
+        .map(|(event, outcome)| (event.who, outcome));
+    match last {
+        Some((_, Outcome::Executed(_) | Outcome::Replayed { .. })) => Ok(()),
+        other => Err(format!("caller 0 ended with {other:?}")),
+    }
+}
+
+#[test]
+fn loom_two_callers_overlap() {
+    passes(
+        "loom_two_callers_overlap",
+        &one_key(vec![caller(), caller()]),
+        3,
+        None,
+        &[
+            "executed",
+            "replayed",
+            "lease_lost",
+            "takeovers",
+            "repeated_effects",
+        ],
+    );
+}
+
+#[test]
+fn loom_two_callers_holder_crashes() {
+    let mut holder = caller();
+    holder.actions = vec![Action::Crash];
+    passes(
+        "loom_two_callers_holder_crashes",
+        &one_key(vec![holder, caller()]),
+        3,
+        None,
+        &["crashes", "takeovers", "executed", "replayed"],
+    );
+}
+
+#[test]
+fn loom_two_callers_action_fails_then_retry_runs() {
+    let mut failing = caller();
+    failing.actions = vec![Action::Fail, Action::Succeed];
+    failing.attempts = 2;
+    passes(
+        "loom_two_callers_action_fails_then_retry_runs",
+        &one_key(vec![failing, caller()]),
+        2,
+        Some(the_failed_caller_gets_an_answer),
+        &["action_failed", "executed", "replayed"],
+    );
+}
+
+#[test]
+fn loom_two_callers_slow_holder_renews() {
+    let mut slow = caller();
+    slow.action_wakeups = 3;
+    passes(
+        "loom_two_callers_slow_holder_renews",
+        &one_key(vec![slow, caller()]),
+        3,
+        None,
+        &["renewals", "lease_lost", "replayed"],
+    );
+}
+
+#[test]
+fn loom_two_callers_lost_replies() {
+    let mut unlucky = caller();
+    unlucky.action_wakeups = 2;
+    unlucky.faults = vec![
+        Fault {
+            attempt: 0,
+            command: "reserve",
+            nth: 0,
+            kind: FaultKind::ReplyLost,
+        },
+        Fault {
+            attempt: 0,
+            command: "complete",
+            nth: 0,
+            kind: FaultKind::ReplyLost,
+        },
+    ];
+    passes(
+        "loom_two_callers_lost_replies",
+        &one_key(vec![unlucky, caller()]),
+        3,
+        None,
+        &[
+            "lost_replies",
+            "executed",
+            "replayed",
+            "lease_lost",
+            "lease_views",
+        ],
+    );
+}
+
+/// A reserve whose reply is lost is retried with the same token and gets the same
+/// reservation back (`I11`); the machine must count that lease from the first send, or it
+/// tells a slow action its lease is held after the store let it run out (`LeaseView`).
+#[test]
+fn loom_two_callers_lost_reserve_reply_slow_action() {
+    let mut unlucky = caller();
+    unlucky.action_wakeups = 2;
+    unlucky.faults = vec![Fault {
+        attempt: 0,
+        command: "reserve",
+        nth: 0,
+        kind: FaultKind::ReplyLost,
+    }];
+    passes(
+        "loom_two_callers_lost_reserve_reply_slow_action",
+        &one_key(vec![unlucky, caller()]),
+        3,
+        None,
+        &["lost_replies", "lease_views", "renewals", "takeovers"],
+    );
+}
+
+#[test]
+fn loom_two_callers_fail_open() {
+    let mut cut_off = caller();
+    cut_off.faults = store_unreachable();
+    passes(
+        "loom_two_callers_fail_open",
+        &one_key(vec![cut_off, caller()]),
+        3,
+        None,
+        &["failed_open", "repeated_effects"],
+    );
+}
+
+#[test]
+fn loom_two_callers_fail_closed() {
+    let closed =
+        model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailClosed).expect("valid");
+    let mut cut_off = CallerPlan::new(0, 0, closed);
+    cut_off.faults = store_unreachable();
+    passes(
+        "loom_two_callers_fail_closed",
+        &one_key(vec![cut_off, caller()]),
+        3,
+        None,
+        &["store_unavailable", "executed"],
+    );
+}
+
+#[test]
+fn loom_two_requests_share_a_key() {
+    let other = CallerPlan::new(0, 1, options());
+    passes(
+        "loom_two_requests_share_a_key",
+        &one_key(vec![caller(), other]),
+        3,
+        None,
+        &["key_reuse", "executed"],
+    );
+}
+
+#[test]
+fn loom_two_callers_raise() {
+    let raise = model_options(InFlightPolicy::Raise, StoreFailurePolicy::FailOpen).expect("valid");
+    let scenario = one_key(vec![
+        CallerPlan::new(0, 0, raise.clone()),
+        CallerPlan::new(0, 0, raise),
+    ]);
+    passes(
+        "loom_two_callers_raise",
+        &scenario,
+        3,
+        None,
+        &["in_progress", "replayed", "executed"],
+    );
+}
+
+#[test]
+fn loom_two_callers_skewed_clocks_correct_store() {
+    let mut ahead = caller();
+    ahead.skew_ms = 1_500;
+    let mut behind = caller();
+    behind.skew_ms = -700;
+    passes(
+        "loom_two_callers_skewed_clocks_correct_store",
+        &one_key(vec![ahead, behind]),
+        3,
+        None,
+        &["executed", "replayed", "takeovers"],
+    );
+}
+
+#[test]
+fn loom_three_callers() {
+    passes(
+        "loom_three_callers",
+        &one_key(vec![caller(), caller(), caller()]),
+        2,
+        None,
+        &["executed", "replayed", "takeovers", "lease_lost"],
+    );
+}
+
+#[test]
+fn loom_three_callers_crash_and_failure() {
+    let mut crashing = caller();
+    crashing.actions = vec![Action::Crash];
+    let mut failing = caller();
+    failing.actions = vec![Action::Fail];
+    passes(
+        "loom_three_callers_crash_and_failure",
+        &one_key(vec![crashing, failing, caller()]),
+        2,
+        None,
+        &["crashes", "action_failed", "takeovers", "executed"],
+    );
+}
