@@ -29,8 +29,10 @@
 //! assert!(summary.to_string().ends_with("violations: 0"));
 //! ```
 //!
-//! The library depends on `idem-core` alone; `indicatif` is used only by the binary's
-//! progress bar.
+//! The simulation depends on `idem-core` alone; `indicatif` is used only by the binary's
+//! progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
+//! table through the driver on a real Redis and [`bench`] measures idem on Redis against
+//! raw commands.
 
 mod explore;
 mod faults;
@@ -50,3 +52,8 @@ pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};
 pub use tally::{Class, Tally, UnknownName};
 pub use variant::Variant;
+
+#[cfg(feature = "redis")]
+pub mod bench;
+#[cfg(feature = "redis")]
+pub mod redis_table;

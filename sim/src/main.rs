@@ -15,6 +15,10 @@ idem-sim: a seeded deterministic simulation of idem under faults
 USAGE:
     idem-sim                      the table, then explore --seeds 10000
     idem-sim table [--trace]      the article's scenarios on simulated time
+    idem-sim table --redis URL    the same scenarios through the driver on a real Redis
+    idem-sim bench --redis URL [--concurrency N[,N...]] [--window-ms MS] [--json]
+                                  idem on Redis against raw PING and the adapter's own
+                                  scripts, at concurrency 1, 64 and 256 by default
     idem-sim explore --seeds N [--from S] [RUN OPTIONS]
                                   run seeds S..S+N and print a summary
     idem-sim replay --seed S [RUN OPTIONS]
@@ -48,6 +52,14 @@ enum Command {
     Table {
         trace: bool,
     },
+    #[cfg(feature = "redis")]
+    RedisTable {
+        url: String,
+    },
+    #[cfg(feature = "redis")]
+    Bench {
+        args: Vec<String>,
+    },
     Explore {
         from: u64,
         seeds: u64,
@@ -74,6 +86,15 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
     let Some((sub, rest)) = args.split_first() else {
         return Ok(Command::Main);
     };
+    #[cfg(feature = "redis")]
+    if sub == "bench" {
+        // The bench parses its own arguments (`idem_sim::bench::parse_args`).
+        return Ok(Command::Bench {
+            args: rest.to_vec(),
+        });
+    }
+    #[cfg(feature = "redis")]
+    let mut redis_url = None;
     let mut trace = false;
     let mut seeds = None;
     let mut from = 0;
@@ -90,6 +111,11 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             ("table", "--trace") => {
                 trace = true;
                 i -= 1;
+            }
+            #[cfg(feature = "redis")]
+            ("table", "--redis") => {
+                let url = value.ok_or_else(|| ArgError("--redis needs a URL".into()))?;
+                redis_url = Some(url.clone());
             }
             ("explore", "--seeds") => seeds = Some(number(flag, value)?),
             ("explore", "--from") => from = number(flag, value)?,
@@ -131,6 +157,15 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
     config.shape = shape;
     match sub.as_str() {
         "help" | "-h" | "--help" => Ok(Command::Help),
+        #[cfg(feature = "redis")]
+        "table" if redis_url.is_some() => {
+            if trace {
+                return Err(ArgError("--trace is for the simulated table".into()));
+            }
+            Ok(Command::RedisTable {
+                url: redis_url.unwrap_or_default(),
+            })
+        }
         "table" => Ok(Command::Table { trace }),
         "explore" => Ok(Command::Explore {
             from,
@@ -160,6 +195,10 @@ fn main() -> ExitCode {
             true
         }
         Command::Table { trace } => table(trace),
+        #[cfg(feature = "redis")]
+        Command::RedisTable { url } => redis_table(&url),
+        #[cfg(feature = "redis")]
+        Command::Bench { args } => return idem_sim::bench::main(&args),
         Command::Explore {
             from,
             seeds,
@@ -213,6 +252,42 @@ fn table(trace: bool) -> bool {
         }
     }
     ok
+}
+
+/// The table through the driver on a real Redis; true when every row matches.
+#[cfg(feature = "redis")]
+fn redis_table(url: &str) -> bool {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            println!("table --redis: cannot start the runtime: {err}");
+            return false;
+        }
+    };
+    match runtime.block_on(idem_sim::redis_table::run(url)) {
+        Ok(rows) => {
+            let mut ok = true;
+            for (scenario, row) in rows {
+                println!("{}", row.line(scenario));
+                if !row.matches(scenario) {
+                    ok = false;
+                    println!(
+                        "  MISMATCH: expected responses=[{}] charges=[{}]",
+                        scenario.expected_responses.join(", "),
+                        scenario.expected_charges.join(", ")
+                    );
+                }
+            }
+            ok
+        }
+        Err(err) => {
+            println!("table --redis: {err}");
+            false
+        }
+    }
 }
 
 fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
@@ -345,6 +420,18 @@ mod tests {
             panic!("replay did not parse");
         };
         assert_eq!((seed, config.variant), (7, Variant::ResultCache));
+        assert_eq!(
+            parse(&args("table --redis redis://127.0.0.1:6379")),
+            Ok(Command::RedisTable {
+                url: "redis://127.0.0.1:6379".into()
+            })
+        );
+        assert_eq!(
+            parse(&args("bench --redis u --json")),
+            Ok(Command::Bench {
+                args: args("--redis u --json")
+            })
+        );
         // The options printed for a failing seed parse back to the same run.
         let mut config = Config::default();
         config.shape.callers = 5;
@@ -377,6 +464,8 @@ mod tests {
             "replay",
             "frobnicate",
             "table --seeds 3",
+            "table --redis",
+            "table --trace --redis redis://127.0.0.1:1",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad} was accepted");
         }

@@ -1,0 +1,92 @@
+//! The simulation's Redis modes on a real `redis-server` started by the test: the article's
+//! table through the driver, and the bench's command counts.
+//!
+//! The server harness is the Redis adapter's own (one copy of it, compiled here too).
+
+#[path = "../../redis-adapter/tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use idem_sim::bench::{self, BenchConfig};
+use idem_sim::redis_table;
+use support::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_article_table_on_redis_matches_the_simulated_one() {
+    let server = RedisServer::start();
+    let rows = redis_table::run(&server.url())
+        .await
+        .expect("the table runs");
+    assert_eq!(rows.len(), idem_sim::SCENARIOS.len());
+    for (scenario, row) in &rows {
+        assert!(
+            row.matches(scenario),
+            "{}\n  expected responses={:?} charges={:?}",
+            row.line(scenario),
+            scenario.expected_responses,
+            scenario.expected_charges
+        );
+    }
+    // The rows that matter most, spelled out: the result cache charges twice while both
+    // clients see ch_1; wait and raise charge once.
+    let row = |label: &str| &rows.iter().find(|(s, _)| s.label == label).unwrap().1;
+    assert_eq!(row("result-cache").charges, ["ch_1", "ch_2"]);
+    assert_eq!(row("result-cache").responses, ["ch_1", "ch_1"]);
+    assert_eq!(row("wait").charges, ["ch_1"]);
+    assert_eq!(row("raise").charges, ["ch_1"]);
+    assert_eq!(row("raise").responses[1], "InProgressError");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_counts_two_requests_per_fresh_call_and_one_per_replay() {
+    let server = RedisServer::start();
+    let config = BenchConfig {
+        url: server.url(),
+        concurrency: vec![1, 8],
+        window: Duration::from_millis(150),
+    };
+    let report = bench::run(&config).await.expect("the bench runs");
+    for (concurrency, phases, hot) in &report.levels {
+        let phase = |name: &str| phases.iter().find(|p| p.name == name).unwrap();
+        for name in [
+            "ping",
+            "raw_fresh",
+            "raw_replay",
+            "fresh",
+            "replay",
+            "one_key",
+        ] {
+            assert!(
+                phase(name).load.calls > 0,
+                "{name} at {concurrency} made no calls"
+            );
+            assert_eq!(phase(name).load.errors, 0, "{name} at {concurrency} failed");
+        }
+        // Round trips are counted by the server, not timed: exact.
+        assert_eq!(phase("ping").requests_per_call(), 1.0);
+        assert_eq!(phase("fresh").requests_per_call(), 2.0);
+        assert_eq!(phase("replay").requests_per_call(), 1.0);
+        assert_eq!(phase("raw_replay").requests_per_call(), 1.0);
+        // One effect per hot key, however many callers shared it.
+        assert_eq!(hot.effects, hot.keys, "at concurrency {concurrency}");
+    }
+    assert!(report.pending_bytes.is_some_and(|b| b > 0));
+    assert!(report.completed_bytes.is_some_and(|b| b > 0));
+    let json = report.json();
+    for field in [
+        "fresh_per_s",
+        "replay_per_s",
+        "commands_per_fresh",
+        "commands_per_replay",
+        "baseline_ping_per_s",
+        "baseline_fresh_per_s",
+        "baseline_replay_per_s",
+        "fresh_per_s_c1",
+        "baseline_ping_per_s_c1",
+    ] {
+        assert!(json[field].is_number(), "{field} missing from {json}");
+    }
+    assert_eq!(json["commands_per_fresh"], 2.0);
+    assert_eq!(json["commands_per_replay"], 1.0);
+}
