@@ -28,6 +28,20 @@ impl Write for Captured {
     }
 }
 
+/// A subscriber for this thread that writes every event, as plain text, into the buffer.
+fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::TRACE)
+        // Plain text whatever features other crates of the workspace turn on.
+        .with_ansi(false)
+        .without_time()
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
 impl Captured {
     fn lines(&self) -> Vec<String> {
         let bytes = self.0.lock().unwrap();
@@ -93,16 +107,7 @@ async fn one_of_each(policy: StoreFailurePolicy) -> MetricsSnapshot {
 
 #[tokio::test(start_paused = true)]
 async fn every_decision_is_an_event_with_operation_and_key() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::TRACE)
-        // Plain text whatever features other crates of the workspace turn on.
-        .with_ansi(false)
-        .without_time()
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = capture();
     one_of_each(StoreFailurePolicy::FailClosed).await;
 
     let lines = captured.lines();
@@ -140,6 +145,10 @@ async fn every_decision_is_an_event_with_operation_and_key() {
 
 #[tokio::test(start_paused = true)]
 async fn the_counters_add_up() {
+    // A subscriber here too: every test of this binary then agrees on which events are of
+    // interest, so a callsite first reached here is not cached as uninteresting while the
+    // other test is capturing.
+    let (_captured, _default) = capture();
     let counted = one_of_each(StoreFailurePolicy::FailClosed).await;
     let mut expected = MetricsSnapshot::default();
     expected.executed = 2;
