@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::Seeded;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -22,18 +24,6 @@ use idem::{
 };
 
 const CALLERS: u64 = 8;
-
-struct Seeded(u64);
-
-impl Seeded {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 /// A store that fails on a schedule drawn from `random`.
 fn flaky(random: &mut Seeded) -> FlakyStore<MemoryStore> {

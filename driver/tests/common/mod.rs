@@ -373,3 +373,18 @@ pub async fn read<S: Store>(store: &S, operation: &str, key: &str) -> Option<ide
 pub fn elapsed_ms(start: tokio::time::Instant) -> u128 {
     start.elapsed().as_millis()
 }
+
+/// A small seeded generator (SplitMix64) for command sequences and fault schedules.
+#[derive(Debug)]
+pub struct Seeded(pub u64);
+
+impl Seeded {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}
