@@ -264,7 +264,12 @@ where
             self.publish_lease(now);
             match self.guard.attempt.poll(now) {
                 Step::Done(outcome) => {
-                    self.guard.finished();
+                    // After a fail-closed refusal one of the failed reserves may still have
+                    // been applied; the guard then sends a best-effort release as the call
+                    // returns, so the key need not stay blocked for a whole lease.
+                    if outcome != idem_core::Outcome::StoreUnavailable {
+                        self.guard.finished();
+                    }
                     return self.conclude(outcome);
                 }
                 Step::Run => {

@@ -27,8 +27,9 @@ pub enum Error<E> {
     /// The operation name was refused (`I12`).
     #[error("invalid operation: {0}")]
     InvalidOperation(#[from] OperationError),
-    /// Options broke one of their rules. Returned when building a coordinator from an
-    /// [`OptionsBuilder`](idem_core::OptionsBuilder), never by a call.
+    /// Options broke one of their rules. Never returned by a call: it lets a caller fold the
+    /// [`OptionsError`] of [`Coordinator::build`](crate::Coordinator::build) into this type
+    /// with `?`.
     #[error("invalid options: {0}")]
     InvalidOptions(#[from] OptionsError),
     /// An identical request holds the key: at once under policy `Raise`, or when the

@@ -10,6 +10,10 @@
 //! - the action had already succeeded: its result is **completed**, never released, because
 //!   the effect happened and recording it is what prevents a second one (`I7`).
 //!
+//! The same release is sent when a call ends `StoreUnavailable` (fail closed): one of its
+//! failed reserves may have been applied, and releasing it (only this attempt's own token
+//! can) spares a retry one lease of `InProgress` if the store is back in time.
+//!
 //! The command is sent by a task spawned on the current tokio runtime, retried like the
 //! attempt's own commands. With no runtime to spawn on (the future was dropped outside one),
 //! nothing is sent and the lease frees the key within one lease (`I6`).

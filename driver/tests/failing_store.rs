@@ -195,3 +195,22 @@ async fn renewals_that_fail_for_a_while_keep_the_key() {
     assert_eq!(coordinator.metrics().store_errors.renew, 2);
     assert_eq!(coordinator.metrics().lease_lost, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fail_closed_refusal_releases_a_reserve_that_may_have_landed() {
+    // The first reserve is applied but its reply is lost; the two retries fail outright.
+    let store = FlakyStore::new(MemoryStore::new())
+        .fault("reserve", 0..1, Fault::LoseReply)
+        .fault("reserve", 1..3, Fault::Fail);
+    let coordinator = over(store, StoreFailurePolicy::FailClosed);
+    let runs = AtomicU32::new(0);
+    let refused = call(&coordinator, &runs).await.unwrap_err();
+    assert!(matches!(refused, Error::StoreUnavailable(_)), "{refused:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // The store is back: the release sent as the call returned frees the key at once,
+    // instead of leaving it reserved for a lease.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(coordinator.store().calls("release"), 1);
+    assert_eq!(read(&**coordinator.store(), OP, "k").await, None);
+    assert_eq!(call(&coordinator, &runs).await.unwrap().value, 42);
+}

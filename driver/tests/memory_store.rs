@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::Seeded;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -29,19 +31,6 @@ fn complete(owner: u128) -> Command {
         fingerprint: Fingerprint::of_bytes(b"request"),
         body: Some(Body::new(b"1".to_vec())),
         retention: Duration::from_secs(60),
-    }
-}
-
-/// A small seeded generator for the command sequence.
-struct Seeded(u64);
-
-impl Seeded {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
     }
 }
 

@@ -262,6 +262,9 @@ pub enum Bug {
     DropsReleases,
     /// Answers `Renewed` to a renewal without applying it: the lease is never extended.
     IgnoresRenewals,
+    /// A result cache dressed as a store: grants every reserve, acknowledges every renewal,
+    /// and answers every complete as in time, so nothing looks amiss to the caller.
+    ResultCache,
 }
 
 impl Broken {
@@ -269,6 +272,14 @@ impl Broken {
         Self {
             inner: MemoryStore::new(),
             bug,
+        }
+    }
+
+    /// A reservation for `owner` lasting `lease` from now, granted without being stored.
+    fn granted(&self, owner: idem::OwnerToken, lease: Duration) -> idem_core::Reservation {
+        idem_core::Reservation {
+            owner,
+            lease_until: self.inner.now().saturating_add(lease),
         }
     }
 }
@@ -288,12 +299,23 @@ impl Store for Broken {
                 }))
             }
             (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),
+            (Bug::ResultCache, Command::Reserve { owner, lease, .. }) => {
+                match self.inner.apply(operation, key, Command::Read).await? {
+                    Reply::Read(Some(idem_core::Record::Completed { body, .. })) => {
+                        Ok(Reply::Replay { body })
+                    }
+                    _ => Ok(Reply::Reserved(self.granted(*owner, *lease))),
+                }
+            }
+            (Bug::ResultCache, Command::Renew { owner, lease }) => {
+                Ok(Reply::Renewed(self.granted(*owner, *lease)))
+            }
+            (Bug::ResultCache, Command::Complete { .. }) => {
+                self.inner.apply(operation, key, command).await?;
+                Ok(Reply::Completed(idem_core::Completion::InTime))
+            }
             (Bug::IgnoresRenewals, Command::Renew { owner, lease }) => {
-                let lease_until = self.inner.now().saturating_add(*lease);
-                Ok(Reply::Renewed(idem_core::Reservation {
-                    owner: *owner,
-                    lease_until,
-                }))
+                Ok(Reply::Renewed(self.granted(*owner, *lease)))
             }
             _ => self.inner.apply(operation, key, command).await,
         }
@@ -350,4 +372,19 @@ pub async fn read<S: Store>(store: &S, operation: &str, key: &str) -> Option<ide
 /// The caller's clock in this test, from `start`.
 pub fn elapsed_ms(start: tokio::time::Instant) -> u128 {
     start.elapsed().as_millis()
+}
+
+/// A small seeded generator (SplitMix64) for command sequences and fault schedules.
+#[derive(Debug)]
+pub struct Seeded(pub u64);
+
+impl Seeded {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
 }
