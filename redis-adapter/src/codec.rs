@@ -4,7 +4,8 @@
 //! offset  size  field
 //!      0     2  magic "id"
 //!      2     1  version (1)
-//!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body
+//!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
+//!               4 pending with a waiter told about it (its complete or release is announced)
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
 //!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
@@ -40,6 +41,7 @@ pub const MAX_DEADLINE_MS: u64 = (1 << 53) - 1;
 const STATE_PENDING: u8 = 1;
 const STATE_COMPLETED_NO_BODY: u8 = 2;
 const STATE_COMPLETED: u8 = 3;
+const STATE_PENDING_WATCHED: u8 = 4;
 
 /// Why bytes under a key are not a record this adapter wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -125,7 +127,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         }
     };
     match state {
-        STATE_PENDING => no_trailing().map(|()| Record::Pending {
+        STATE_PENDING | STATE_PENDING_WATCHED => no_trailing().map(|()| Record::Pending {
             owner,
             fingerprint,
             lease_until: deadline,

@@ -13,7 +13,9 @@
 //! - writes with `SET … PXAT deadline`, so Redis drops an expired record by itself;
 //! - checks the owner token itself for complete, renew and release (`I2`);
 //! - when given a change channel (standalone servers), publishes the record's Redis key on it
-//!   after a complete or a release, which wakes waiters ([`crate::watch`]).
+//!   after a complete or a release of a pending record that a waiter was told about (the
+//!   reserve that answers "in flight" marks the record, state 4), which wakes waiters
+//!   ([`crate::watch`]); an uncontended call publishes nothing.
 //!
 //! Replies are arrays `{tag, now, …}`, with `now` the server's clock in milliseconds.
 //!
@@ -55,18 +57,24 @@ end
 
 -- The record under KEYS[1]: nil if absent, false and a reason if it is not ours.
 local function load(key)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then return nil end
-  if kind ~= 'string' then return false, 'a Redis ' .. kind .. ', not a string' end
-  local raw = redis.call('GET', key)
+  -- One GET: absent is false, another type an error (named, on that rare path, by TYPE).
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    return false, 'a Redis ' .. redis.call('TYPE', key)['ok'] .. ', not a string'
+  end
+  if not raw then return nil end
   if #raw < HEADER then return false, #raw .. ' bytes, shorter than the record header' end
   if string.sub(raw, 1, 2) ~= 'id' then return false, 'no record magic' end
   local version = string.byte(raw, 3)
   if version ~= 1 then return false, 'unknown record version ' .. version end
   local state = string.byte(raw, 4)
-  if state ~= 1 and state ~= 2 and state ~= 3 then
+  if state ~= 1 and state ~= 2 and state ~= 3 and state ~= 4 then
     return false, 'unknown record state ' .. state
   end
+  -- State 4 is a pending record that a waiter was told about: its complete or release is
+  -- announced. Otherwise it is state 1.
+  local watched = state == 4
+  if watched then state = 1 end
   if state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
@@ -78,6 +86,7 @@ local function load(key)
     owner = string.sub(raw, 5, 20),
     fp = string.sub(raw, 21, 52),
     deadline = deadline,
+    watched = watched,
     raw = raw,
   }
   if state == 3 then rec.body = string.sub(raw, HEADER + 1) end
@@ -95,7 +104,8 @@ if rec == false then return {'!', now, why} end
 if rec and now >= rec.deadline then rec = nil end
 "#;
 
-/// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms).
+/// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms), "1" if this store announces
+/// changes (a waiter told "in flight" marks the record, so its end is announced) else "0".
 const RESERVE: &str = r#"
 if not rec then
   local lease_until = later(now, ARGV[3])
@@ -105,6 +115,9 @@ end
 if rec.fp ~= ARGV[2] then return {'K', now, rec.fp} end
 if rec.state == 1 then
   if rec.owner == ARGV[1] then return {'R', now, rec.deadline} end
+  if ARGV[4] == '1' and not rec.watched then
+    put(KEYS[1], 4, rec.owner, rec.fp, rec.deadline)
+  end
   return {'F', now, rec.deadline}
 end
 if rec.state == 3 then return {'P', now, rec.body} end
@@ -114,8 +127,10 @@ return {'P', now}
 /// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms), the
 /// change channel ('' for none).
 const COMPLETE: &str = r#"
+-- Announced only when a waiter marked the pending record: an uncontended call publishes
+-- nothing.
 local function changed()
-  if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+  if ARGV[6] ~= '' and rec and rec.watched then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
 end
 local state = 2
 local body = nil
@@ -144,7 +159,7 @@ if not rec then return {'X', now, 2} end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state ~= 1 then return {'X', now, 3} end
 local lease_until = math.max(rec.deadline, later(now, ARGV[2]))
-put(KEYS[1], 1, ARGV[1], rec.fp, lease_until)
+put(KEYS[1], rec.watched and 4 or 1, ARGV[1], rec.fp, lease_until)
 return {'N', now, lease_until}
 "#;
 
@@ -154,7 +169,7 @@ if not rec then return {'X', now, 2} end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state ~= 1 then return {'X', now, 3} end
 redis.call('DEL', KEYS[1])
-if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+if ARGV[2] ~= '' and rec.watched then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
 return {'D', now}
 "#;
 

@@ -358,7 +358,16 @@ impl RedisStore {
                 lease,
             } => (
                 &scripts.reserve,
-                vec![token(*owner), print(*fingerprint), millis(*lease)],
+                vec![
+                    token(*owner),
+                    print(*fingerprint),
+                    millis(*lease),
+                    if self.inner.watch.is_some() {
+                        b"1".to_vec()
+                    } else {
+                        b"0".to_vec()
+                    },
+                ],
             ),
             Command::Complete {
                 owner,

@@ -437,6 +437,13 @@ async fn wakes(
     tokio::time::timeout(within, changed).await.is_ok()
 }
 
+/// `waiter` reserves (`o`, `k`) held by someone else and is told "in flight", which marks
+/// the record so that its end is announced.
+async fn told_in_flight(waiter: &RedisStore, o: &Operation, k: &Key) {
+    let reply = waiter.apply(o, k, reserve(99, b"a")).await.unwrap();
+    assert!(matches!(reply, Reply::InFlight { .. }), "{reply:?}");
+}
+
 #[tokio::test]
 async fn completes_and_releases_wake_waiters_of_their_key() {
     let server = RedisServer::start();
@@ -447,11 +454,20 @@ async fn completes_and_releases_wake_waiters_of_their_key() {
     writer.apply(&o, &done, reserve(1, b"a")).await.unwrap();
     writer.apply(&o, &failed, reserve(1, b"a")).await.unwrap();
     let (soon, never) = (Duration::from_secs(2), Duration::from_millis(300));
+    // Nobody was told about `quiet`: its complete is not announced (an uncontended call
+    // publishes nothing).
+    let quiet = key("quiet");
+    writer.apply(&o, &quiet, reserve(1, b"a")).await.unwrap();
+    let quiet_by_1 = complete(1, b"a", None);
+    assert!(!wakes(&waiter, &writer, (&o, &quiet), &quiet, quiet_by_1, never).await);
+    told_in_flight(&waiter, &o, &done).await;
+    told_in_flight(&waiter, &o, &failed).await;
     let done_by_1 = complete(1, b"a", None);
     assert!(wakes(&waiter, &writer, (&o, &done), &done, done_by_1, soon).await);
     assert!(wakes(&waiter, &writer, (&o, &failed), &failed, release(1), soon).await);
     // A renewal is not a change; another key's change is not this key's.
     writer.apply(&o, &failed, reserve(2, b"a")).await.unwrap();
+    told_in_flight(&waiter, &o, &failed).await;
     assert!(!wakes(&waiter, &writer, (&o, &failed), &failed, renew(2), never).await);
     assert!(!wakes(&waiter, &writer, (&o, &failed), &other, release(2), never).await);
 
@@ -462,6 +478,7 @@ async fn completes_and_releases_wake_waiters_of_their_key() {
         .await
         .unwrap();
     silent.apply(&o, &other, reserve(3, b"a")).await.unwrap();
+    told_in_flight(&waiter, &o, &other).await;
     assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(3), never).await);
 }
 
@@ -485,6 +502,9 @@ async fn notices_resume_after_a_restart() {
         let k = key(&format!("after-restart-{round}"));
         if writer.apply(&o, &k, reserve(1, b"a")).await.is_err() {
             tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        if waiter.apply(&o, &k, reserve(99, b"a")).await.is_err() {
             continue;
         }
         let changed = waiter.changed(&o, &k);
