@@ -42,13 +42,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Eight big-endian bytes of n (below 2^53), built with one string.char call.
 local function u64be(n)
-  local out = {}
+  local b = {}
   for i = 8, 1, -1 do
-    out[i] = string.char(n % 256)
-    n = math.floor(n / 256)
+    b[i] = n % 256
+    n = (n - b[i]) / 256
   end
-  return table.concat(out)
+  return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
 end
 
 local function later(now, ms)
@@ -78,8 +79,9 @@ local function load(key)
   if state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
-  local deadline = 0
-  for i = 53, 60 do deadline = deadline * 256 + string.byte(raw, i) end
+  local d1, d2, d3, d4, d5, d6, d7, d8 = string.byte(raw, 53, 60)
+  local deadline =
+    ((((((d1 * 256 + d2) * 256 + d3) * 256 + d4) * 256 + d5) * 256 + d6) * 256 + d7) * 256 + d8
   if deadline > MAX_MS then return false, 'deadline out of range' end
   local rec = {
     state = state,
