@@ -528,6 +528,14 @@ impl Attempt {
                     *retries += 1;
                     *not_before = now.saturating_add(delay);
                 } else {
+                    // As for a repeated complete: if the confirmed lease had ended by now,
+                    // the complete may have landed late, and a lapse cannot be ruled out.
+                    let lapsed = self
+                        .completing_confirmed_until()
+                        .is_some_and(|until| now >= until);
+                    if lapsed && self.completing_reserved() {
+                        self.lease_lost = true;
+                    }
                     self.finish_complete(|_| Recording::Unknown);
                 }
             }

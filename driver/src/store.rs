@@ -34,6 +34,24 @@ pub trait Store: Send + Sync + 'static {
         key: &Key,
         command: Command,
     ) -> impl Future<Output = Result<Reply, StoreError>> + Send;
+
+    /// A future that resolves when the record of `key` under `operation` may have stopped
+    /// being pending: it was completed or released, or its lease ran out.
+    ///
+    /// A caller whose reserve was answered `InFlight` (policy `Wait`) waits on this future
+    /// together with its backoff timer, so it reserves again as soon as the holder is done
+    /// instead of polling. The watch must start when this method is *called*, not when the
+    /// future is first polled: a change that lands between the call and the first poll must
+    /// still resolve it (no lost wake-up). If the key holds no live pending record at the
+    /// call, the future may resolve at once. Spurious resolutions are allowed: the caller
+    /// reserves again and, finding the key still held, waits again.
+    ///
+    /// The provided implementation never resolves: the attempt's jittered backoff then
+    /// governs when a waiter reserves again, which is correct, only slower.
+    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        let _ = (operation, key);
+        std::future::pending()
+    }
 }
 
 /// Why a store could not answer a command.

@@ -1,0 +1,353 @@
+//! The test harness shared by the driver's test files: a payment provider that counts its
+//! charges (the card statement), stores that fail on schedule, and deliberately broken
+//! variants (a result cache, a store that grants every reserve, a store that drops
+//! releases, a store that never notifies) that the checkers must catch.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use idem::{
+    Claim, Coordinator, Fingerprint, Key, MemoryStore, Operation, Options, Store, StoreError,
+};
+use idem_core::record::{Command, Reply};
+use serde::{Deserialize, Serialize};
+
+/// What the payment provider returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    pub id: String,
+    pub amount: u64,
+}
+
+/// The provider's own failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderTimeout;
+
+impl std::fmt::Display for ProviderTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("provider timed out")
+    }
+}
+
+impl std::error::Error for ProviderTimeout {}
+
+/// A payment provider that takes `takes` per charge and writes every charge on the
+/// statement, with the idempotency key it was given.
+#[derive(Debug, Default)]
+pub struct Provider {
+    statement: Mutex<Vec<(String, String)>>,
+}
+
+impl Provider {
+    pub async fn charge(&self, order: &str, amount: u64, key: &str, takes: Duration) -> Charge {
+        tokio::time::sleep(takes).await;
+        let mut statement = self.statement.lock().unwrap();
+        let id = format!("ch_{}", statement.len() + 1);
+        statement.push((id.clone(), format!("{order}:{key}")));
+        Charge { id, amount }
+    }
+
+    /// Charges `amount` for `order` under the claim's key: what an action does.
+    pub async fn charge_for(
+        &self,
+        claim: Claim,
+        order: &str,
+        amount: u64,
+        takes: Duration,
+    ) -> Result<Charge, ProviderTimeout> {
+        Ok(self
+            .charge(order, amount, claim.key().as_str(), takes)
+            .await)
+    }
+
+    /// The charge ids made so far.
+    pub fn charges(&self) -> Vec<String> {
+        let statement = self.statement.lock().unwrap();
+        statement.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// The `order:key` of every charge, in order.
+    pub fn references(&self) -> Vec<String> {
+        let statement = self.statement.lock().unwrap();
+        statement
+            .iter()
+            .map(|(_, reference)| reference.clone())
+            .collect()
+    }
+}
+
+/// The checker of rule 1 on the card statement: exactly one charge.
+pub fn one_effect(provider: &Provider) -> Result<(), String> {
+    match provider.charges().as_slice() {
+        [_] => Ok(()),
+        charges => Err(format!(
+            "expected one charge, the statement shows {charges:?}"
+        )),
+    }
+}
+
+pub fn fingerprint(order: &str, amount: u64) -> Fingerprint {
+    Fingerprint::builder()
+        .field("order_id", order)
+        .field("amount", amount)
+        .finish()
+        .unwrap()
+}
+
+/// A coordinator on a fresh MemoryStore with seeded tokens.
+pub fn coordinator(options: Options) -> Coordinator<MemoryStore> {
+    Coordinator::new(MemoryStore::new(), options).with_seed(7)
+}
+
+/// A lease of 30 s (renewed every 10 s), the defaults otherwise.
+pub fn defaults() -> idem::OptionsBuilder {
+    Options::builder()
+}
+
+/// The article's first row: a result cache. Looks the key up, else runs and stores the
+/// result, keeping the first writer's. Deliberately broken: two concurrent requests both
+/// miss and both charge.
+#[derive(Debug, Default)]
+pub struct ResultCache {
+    results: Mutex<HashMap<String, Charge>>,
+}
+
+impl ResultCache {
+    pub async fn execute<F, Fut>(&self, key: &str, action: F) -> Charge
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Charge>,
+    {
+        if let Some(found) = self.results.lock().unwrap().get(key) {
+            return found.clone();
+        }
+        let charge = action().await;
+        let mut results = self.results.lock().unwrap();
+        results.entry(key.to_owned()).or_insert(charge).clone()
+    }
+}
+
+/// How an injected fault behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The command is not applied and fails.
+    Fail,
+    /// The command is applied, then its reply is lost (the caller sees a failure).
+    LoseReply,
+    /// The command is answered only after this long.
+    Delay(Duration),
+}
+
+#[derive(Debug)]
+struct Rule {
+    command: &'static str,
+    calls: std::ops::Range<usize>,
+    fault: Fault,
+}
+
+/// A store that fails commands on a schedule: the `n`th call of a command (counting from
+/// zero) meets the first rule whose range holds `n`; `down` fails every command.
+#[derive(Debug)]
+pub struct FlakyStore<S> {
+    pub inner: S,
+    rules: Mutex<Vec<Rule>>,
+    calls: Mutex<HashMap<&'static str, usize>>,
+    down: AtomicBool,
+}
+
+impl<S: Store> FlakyStore<S> {
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            rules: Mutex::default(),
+            calls: Mutex::default(),
+            down: AtomicBool::new(false),
+        }
+    }
+
+    /// Calls `calls` of `command` meet `fault`.
+    pub fn fault(self, command: &'static str, calls: std::ops::Range<usize>, fault: Fault) -> Self {
+        self.rules.lock().unwrap().push(Rule {
+            command,
+            calls,
+            fault,
+        });
+        self
+    }
+
+    /// Forgets every scheduled fault.
+    pub fn clear_faults(&self) {
+        self.rules.lock().unwrap().clear();
+    }
+
+    /// Every command fails (not applied) while down.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// How many times `command` was called.
+    pub fn calls(&self, command: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(command)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn fault_for(&self, command: &'static str) -> Option<Fault> {
+        if self.down.load(Ordering::SeqCst) {
+            self.count(command);
+            return Some(Fault::Fail);
+        }
+        let n = self.count(command);
+        let rules = self.rules.lock().unwrap();
+        rules
+            .iter()
+            .find(|rule| rule.command == command && rule.calls.contains(&n))
+            .map(|rule| rule.fault)
+    }
+
+    fn count(&self, command: &'static str) -> usize {
+        let mut calls = self.calls.lock().unwrap();
+        let slot = calls.entry(command).or_default();
+        *slot += 1;
+        *slot - 1
+    }
+}
+
+impl<S: Store> Store for FlakyStore<S> {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        match self.fault_for(command.name()) {
+            None => self.inner.apply(operation, key, command).await,
+            Some(Fault::Fail) => Err(StoreError::unavailable(&command, "injected: not applied")),
+            Some(Fault::LoseReply) => {
+                let name = command.clone();
+                self.inner.apply(operation, key, command).await?;
+                Err(StoreError::unavailable(&name, "injected: reply lost"))
+            }
+            Some(Fault::Delay(delay)) => {
+                tokio::time::sleep(delay).await;
+                self.inner.apply(operation, key, command).await
+            }
+        }
+    }
+
+    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        self.inner.changed(operation, key)
+    }
+}
+
+/// A deliberately broken store: MemoryStore with one rule forgotten.
+#[derive(Debug)]
+pub struct Broken {
+    pub inner: MemoryStore,
+    bug: Bug,
+}
+
+/// The rule a [`Broken`] store forgets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// Grants every reserve, as if the key were always free (rule 1).
+    GrantsEveryReserve,
+    /// Answers `Released` to a release without applying it.
+    DropsReleases,
+    /// Answers `Renewed` to a renewal without applying it: the lease is never extended.
+    IgnoresRenewals,
+}
+
+impl Broken {
+    pub fn new(bug: Bug) -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            bug,
+        }
+    }
+}
+
+impl Store for Broken {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        match (self.bug, &command) {
+            (Bug::GrantsEveryReserve, Command::Reserve { owner, .. }) => {
+                Ok(Reply::Reserved(idem_core::Reservation {
+                    owner: *owner,
+                    lease_until: idem_core::Timestamp::from_millis(u64::MAX),
+                }))
+            }
+            (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),
+            (Bug::IgnoresRenewals, Command::Renew { owner, lease }) => {
+                let lease_until = self.inner.now().saturating_add(*lease);
+                Ok(Reply::Renewed(idem_core::Reservation {
+                    owner: *owner,
+                    lease_until,
+                }))
+            }
+            _ => self.inner.apply(operation, key, command).await,
+        }
+    }
+}
+
+/// MemoryStore without change notifications: waiters fall back to their backoff.
+#[derive(Debug, Default)]
+pub struct Silent {
+    pub inner: MemoryStore,
+}
+
+impl Store for Silent {
+    fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send {
+        self.inner.apply(operation, key, command)
+    }
+}
+
+/// Spawns a call of `payment.charge` under `key` whose action takes `takes`, then returns
+/// `result`.
+pub fn spawn_call<S: Store>(
+    coordinator: &Coordinator<S>,
+    key: &'static str,
+    fingerprint: Fingerprint,
+    takes: Duration,
+    result: Result<u32, ProviderTimeout>,
+) -> tokio::task::JoinHandle<Result<u32, idem::Error<ProviderTimeout>>> {
+    let coordinator = coordinator.clone();
+    tokio::spawn(async move {
+        coordinator
+            .execute("payment.charge", key, fingerprint, |_claim| async move {
+                tokio::time::sleep(takes).await;
+                result
+            })
+            .await
+    })
+}
+
+/// Reads the live record of `key`, as the store sees it now.
+pub async fn read<S: Store>(store: &S, operation: &str, key: &str) -> Option<idem_core::Record> {
+    let operation = Operation::new(operation).unwrap();
+    let key = Key::new(key).unwrap();
+    match store.apply(&operation, &key, Command::Read).await {
+        Ok(Reply::Read(record)) => record,
+        other => panic!("read answered {other:?}"),
+    }
+}
+
+/// The caller's clock in this test, from `start`.
+pub fn elapsed_ms(start: tokio::time::Instant) -> u128 {
+    start.elapsed().as_millis()
+}

@@ -1,0 +1,293 @@
+//! The record encoding, version 1: how one [`Record`] is laid out in one Redis string.
+//!
+//! ```text
+//! offset  size  field
+//!      0     2  magic "id"
+//!      2     1  version (1)
+//!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body
+//!      4    16  owner token, big-endian
+//!     20    32  fingerprint (SHA-256)
+//!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
+//!               pending record, the retention end of a completed one
+//!     60     …  the body (state 3 only; may be empty)
+//! ```
+//!
+//! The Lua scripts ([`crate::scripts`]) read and write exactly this layout; this module is
+//! its Rust half, used to decode what a read returns and by tests that plant records. A value
+//! that does not decode (another magic, an unknown version or state, a wrong length) is
+//! not one this adapter wrote: the scripts refuse to touch it and the store reports
+//! `StoreError::Corrupt`.
+//!
+//! Deadlines are kept below 2^53 ms (the largest integer a Lua number holds exactly, some
+//! 285,000 years after 1970): a lease or retention that would end later ends at
+//! [`MAX_DEADLINE_MS`].
+
+use idem_core::{Body, Fingerprint, OwnerToken, Record, Timestamp};
+use thiserror::Error;
+
+/// The first two bytes of every record.
+pub const MAGIC: [u8; 2] = *b"id";
+
+/// The encoding version this adapter writes and reads.
+pub const VERSION: u8 = 1;
+
+/// The length of the fixed header; a record without a body is exactly this long.
+pub const HEADER_LEN: usize = 60;
+
+/// The latest deadline a record can carry, in milliseconds: 2^53 - 1.
+pub const MAX_DEADLINE_MS: u64 = (1 << 53) - 1;
+
+const STATE_PENDING: u8 = 1;
+const STATE_COMPLETED_NO_BODY: u8 = 2;
+const STATE_COMPLETED: u8 = 3;
+
+/// Why bytes under a key are not a record this adapter wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Shorter than the fixed header.
+    #[error("{len} bytes, shorter than the {HEADER_LEN}-byte record header")]
+    TooShort {
+        /// The value's length.
+        len: usize,
+    },
+    /// The value does not start with [`MAGIC`].
+    #[error("the value does not start with the record magic \"id\"")]
+    BadMagic,
+    /// A version this adapter does not know (written by a newer one, or not a record).
+    #[error("unknown record version {0}")]
+    UnknownVersion(u8),
+    /// A state byte that is not pending or completed.
+    #[error("unknown record state {0}")]
+    UnknownState(u8),
+    /// A record without a body that is longer than its header.
+    #[error("a record without a body is {len} bytes, not {HEADER_LEN}")]
+    TrailingBytes {
+        /// The value's length.
+        len: usize,
+    },
+    /// A deadline past [`MAX_DEADLINE_MS`].
+    #[error("deadline {0} ms is past the largest this adapter writes")]
+    DeadlineOutOfRange(u64),
+}
+
+/// Encodes `record` in version 1. Deadlines past [`MAX_DEADLINE_MS`] are written as it.
+pub fn encode(record: &Record) -> Vec<u8> {
+    let (state, body) = match record {
+        Record::Pending { .. } => (STATE_PENDING, None),
+        Record::Completed { body: None, .. } => (STATE_COMPLETED_NO_BODY, None),
+        Record::Completed {
+            body: Some(body), ..
+        } => (STATE_COMPLETED, Some(body)),
+    };
+    let deadline = record.expires_at().as_millis().min(MAX_DEADLINE_MS);
+    let mut out = Vec::with_capacity(HEADER_LEN + body.map_or(0, Body::len));
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(state);
+    out.extend_from_slice(&record.owner().to_bytes());
+    out.extend_from_slice(&record.fingerprint().to_bytes());
+    out.extend_from_slice(&deadline.to_be_bytes());
+    if let Some(body) = body {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+/// Decodes a version-1 record, or says why `bytes` are not one.
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
+        return Err(DecodeError::TooShort { len: bytes.len() });
+    };
+    let (magic, rest) = split::<2>(header);
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let ([version, state], rest) = split::<2>(rest);
+    if version != VERSION {
+        return Err(DecodeError::UnknownVersion(version));
+    }
+    let (owner, rest) = split::<16>(rest);
+    let (fingerprint, rest) = split::<32>(rest);
+    let (deadline, _) = split::<8>(rest);
+    let owner = OwnerToken::from_bytes(owner);
+    let fingerprint = Fingerprint::from_bytes(fingerprint);
+    let deadline = u64::from_be_bytes(deadline);
+    if deadline > MAX_DEADLINE_MS {
+        return Err(DecodeError::DeadlineOutOfRange(deadline));
+    }
+    let deadline = Timestamp::from_millis(deadline);
+    let no_trailing = || {
+        if body.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes { len: bytes.len() })
+        }
+    };
+    match state {
+        STATE_PENDING => no_trailing().map(|()| Record::Pending {
+            owner,
+            fingerprint,
+            lease_until: deadline,
+        }),
+        STATE_COMPLETED_NO_BODY => no_trailing().map(|()| Record::Completed {
+            owner,
+            fingerprint,
+            body: None,
+            expires_at: deadline,
+        }),
+        STATE_COMPLETED => Ok(Record::Completed {
+            owner,
+            fingerprint,
+            body: Some(Body::new(body)),
+            expires_at: deadline,
+        }),
+        other => Err(DecodeError::UnknownState(other)),
+    }
+}
+
+/// The first `N` bytes of `bytes` as an array, and the rest. Only called on slices of the
+/// fixed header, whose length the caller has checked.
+fn split<const N: usize>(bytes: &[u8]) -> ([u8; N], &[u8]) {
+    let mut head = [0; N];
+    let n = N.min(bytes.len());
+    head[..n].copy_from_slice(&bytes[..n]);
+    (head, &bytes[n..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending() -> Record {
+        Record::Pending {
+            owner: OwnerToken::from_u128(7),
+            fingerprint: Fingerprint::of_bytes(b"charge"),
+            lease_until: Timestamp::from_millis(1_700_000_000_123),
+        }
+    }
+
+    #[test]
+    fn header_layout_is_fixed() {
+        let bytes = encode(&pending());
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(&bytes[..4], b"id\x01\x01");
+        assert_eq!(bytes[19], 7);
+        assert_eq!(&bytes[52..], &1_700_000_000_123_u64.to_be_bytes());
+    }
+
+    #[test]
+    fn an_empty_body_is_not_a_missing_body() {
+        let with_empty = Record::Completed {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"x"),
+            body: Some(Body::new(Vec::new())),
+            expires_at: Timestamp::from_millis(5),
+        };
+        let bytes = encode(&with_empty);
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(decode(&bytes), Ok(with_empty));
+    }
+
+    #[test]
+    fn each_defect_is_named() {
+        let good = encode(&pending());
+        assert_eq!(decode(&good[..10]), Err(DecodeError::TooShort { len: 10 }));
+        let mut bad = good.clone();
+        bad[0] = b'X';
+        assert_eq!(decode(&bad), Err(DecodeError::BadMagic));
+        let mut bad = good.clone();
+        bad[2] = 2;
+        assert_eq!(decode(&bad), Err(DecodeError::UnknownVersion(2)));
+        let mut bad = good.clone();
+        bad[3] = 9;
+        assert_eq!(decode(&bad), Err(DecodeError::UnknownState(9)));
+        let mut bad = good.clone();
+        bad.push(0);
+        assert_eq!(decode(&bad), Err(DecodeError::TrailingBytes { len: 61 }));
+        let mut bad = good;
+        bad[52] = 0xff;
+        assert!(matches!(
+            decode(&bad),
+            Err(DecodeError::DeadlineOutOfRange(_))
+        ));
+    }
+
+    #[test]
+    fn deadlines_past_the_limit_are_clamped() {
+        let record = Record::Pending {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"x"),
+            lease_until: Timestamp::from_millis(u64::MAX),
+        };
+        let decoded = decode(&encode(&record));
+        assert_eq!(
+            decoded.map(|r| r.expires_at()),
+            Ok(Timestamp::from_millis(MAX_DEADLINE_MS))
+        );
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        fn record() -> impl Strategy<Value = Record> {
+            let body = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..100));
+            (
+                any::<bool>(),
+                any::<u128>(),
+                any::<[u8; 32]>(),
+                0..=MAX_DEADLINE_MS,
+                body,
+            )
+                .prop_map(|(pending, owner, fp, deadline, body)| {
+                    let owner = OwnerToken::from_u128(owner);
+                    let fingerprint = Fingerprint::from_bytes(fp);
+                    let deadline = Timestamp::from_millis(deadline);
+                    if pending {
+                        Record::Pending {
+                            owner,
+                            fingerprint,
+                            lease_until: deadline,
+                        }
+                    } else {
+                        Record::Completed {
+                            owner,
+                            fingerprint,
+                            body: body.map(Body::new),
+                            expires_at: deadline,
+                        }
+                    }
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn every_record_round_trips(record in record()) {
+                prop_assert_eq!(decode(&encode(&record)), Ok(record));
+            }
+
+            #[test]
+            fn any_bytes_decode_or_fail_without_panic(
+                bytes in proptest::collection::vec(any::<u8>(), 0..120),
+            ) {
+                if let Ok(record) = decode(&bytes) {
+                    // Only a record's own encoding decodes.
+                    prop_assert_eq!(encode(&record), bytes);
+                }
+            }
+
+            #[test]
+            fn one_flipped_header_byte_never_decodes_to_the_same_record(
+                record in record(),
+                at in 0..HEADER_LEN,
+                flip in 1..=255_u8,
+            ) {
+                let mut bytes = encode(&record);
+                bytes[at] ^= flip;
+                prop_assert_ne!(decode(&bytes), Ok(record));
+            }
+        }
+    }
+}

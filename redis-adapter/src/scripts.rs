@@ -1,0 +1,190 @@
+//! The record machine in Lua: one script per command, each one atomic step on one key.
+//!
+//! Each script is a second implementation of `idem_core::record::apply` (the tests compare
+//! the two step for step). Every script:
+//!
+//! - reads the server's clock with `TIME` (`I9` and rule 10: leases and retention are judged
+//!   by the server, never by a client);
+//! - touches exactly one key, `KEYS[1]`, so it runs unchanged on a Cluster;
+//! - decodes the record ([`crate::codec`], version 1) and, if the value is not one this
+//!   adapter wrote (another Redis type, another layout, an unknown version), changes
+//!   nothing and answers `{'!', now, detail}`;
+//! - treats a record whose deadline is at or before `now` as absent, exactly like the core;
+//! - writes with `SET … PXAT deadline`, so Redis drops an expired record by itself;
+//! - checks the owner token itself for complete, renew and release (`I2`);
+//! - when given a change channel (standalone servers), publishes the record's Redis key on it
+//!   after a complete or a release, which wakes waiters ([`crate::watch`]).
+//!
+//! Replies are arrays `{tag, now, …}`, with `now` the server's clock in milliseconds.
+//!
+//! | script   | tags |
+//! |----------|------|
+//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `K` fingerprint (key reuse) |
+//! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
+//! | renew    | `N` lease_until · `X` refusal |
+//! | release  | `D` · `X` refusal |
+//! | read     | `E` (absent) · `V` raw record |
+//!
+//! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed. A value this adapter did
+//! not write: `!` detail.
+
+use redis::Script;
+
+/// Shared helpers, prepended to every script.
+const PRELUDE: &str = r#"
+local HEADER = 60
+local MAX_MS = 9007199254740991
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function u64be(n)
+  local out = {}
+  for i = 8, 1, -1 do
+    out[i] = string.char(n % 256)
+    n = math.floor(n / 256)
+  end
+  return table.concat(out)
+end
+
+local function later(now, ms)
+  return math.min(now + tonumber(ms), MAX_MS)
+end
+
+-- The record under KEYS[1]: nil if absent, false and a reason if it is not ours.
+local function load(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return nil end
+  if kind ~= 'string' then return false, 'a Redis ' .. kind .. ', not a string' end
+  local raw = redis.call('GET', key)
+  if #raw < HEADER then return false, #raw .. ' bytes, shorter than the record header' end
+  if string.sub(raw, 1, 2) ~= 'id' then return false, 'no record magic' end
+  local version = string.byte(raw, 3)
+  if version ~= 1 then return false, 'unknown record version ' .. version end
+  local state = string.byte(raw, 4)
+  if state ~= 1 and state ~= 2 and state ~= 3 then
+    return false, 'unknown record state ' .. state
+  end
+  if state ~= 3 and #raw ~= HEADER then
+    return false, 'a record without a body is ' .. #raw .. ' bytes'
+  end
+  local deadline = 0
+  for i = 53, 60 do deadline = deadline * 256 + string.byte(raw, i) end
+  if deadline > MAX_MS then return false, 'deadline out of range' end
+  local rec = {
+    state = state,
+    owner = string.sub(raw, 5, 20),
+    fp = string.sub(raw, 21, 52),
+    deadline = deadline,
+    raw = raw,
+  }
+  if state == 3 then rec.body = string.sub(raw, HEADER + 1) end
+  return rec
+end
+
+local function put(key, state, owner, fp, deadline, body)
+  local value = 'id' .. string.char(1, state) .. owner .. fp .. u64be(deadline) .. (body or '')
+  redis.call('SET', key, value, 'PXAT', deadline)
+end
+
+local now = now_ms()
+local rec, why = load(KEYS[1])
+if rec == false then return {'!', now, why} end
+if rec and now >= rec.deadline then rec = nil end
+"#;
+
+/// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms).
+const RESERVE: &str = r#"
+if not rec then
+  local lease_until = later(now, ARGV[3])
+  put(KEYS[1], 1, ARGV[1], ARGV[2], lease_until)
+  return {'R', now, lease_until}
+end
+if rec.fp ~= ARGV[2] then return {'K', now, rec.fp} end
+if rec.state == 1 then
+  if rec.owner == ARGV[1] then return {'R', now, rec.deadline} end
+  return {'F', now, rec.deadline}
+end
+if rec.state == 3 then return {'P', now, rec.body} end
+return {'P', now}
+"#;
+
+/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms), the
+/// change channel ('' for none).
+const COMPLETE: &str = r#"
+local function changed()
+  if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+end
+local state = 2
+local body = nil
+if ARGV[3] == '1' then
+  state = 3
+  body = ARGV[4]
+end
+local expires_at = later(now, ARGV[5])
+if not rec then
+  put(KEYS[1], state, ARGV[1], ARGV[2], expires_at, body)
+  changed()
+  return {'C', now, 2}
+end
+if rec.owner ~= ARGV[1] then return {'X', now, 1} end
+if rec.state == 1 then
+  put(KEYS[1], state, ARGV[1], rec.fp, expires_at, body)
+  changed()
+  return {'C', now, 1}
+end
+return {'C', now, 3}
+"#;
+
+/// ARGV: owner, lease (ms).
+const RENEW: &str = r#"
+if not rec then return {'X', now, 2} end
+if rec.owner ~= ARGV[1] then return {'X', now, 1} end
+if rec.state ~= 1 then return {'X', now, 3} end
+local lease_until = math.max(rec.deadline, later(now, ARGV[2]))
+put(KEYS[1], 1, ARGV[1], rec.fp, lease_until)
+return {'N', now, lease_until}
+"#;
+
+/// ARGV: owner, the change channel ('' for none).
+const RELEASE: &str = r#"
+if not rec then return {'X', now, 2} end
+if rec.owner ~= ARGV[1] then return {'X', now, 1} end
+if rec.state ~= 1 then return {'X', now, 3} end
+redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+return {'D', now}
+"#;
+
+/// No ARGV.
+const READ: &str = r#"
+if not rec then return {'E', now} end
+return {'V', now, rec.raw}
+"#;
+
+/// The five scripts, each with its SHA1 computed once. `redis::Script` runs `EVALSHA` and,
+/// when the server's script cache does not hold it (a restart, `SCRIPT FLUSH`, a new
+/// Cluster node), loads it and runs `EVALSHA` again.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) reserve: Script,
+    pub(crate) complete: Script,
+    pub(crate) renew: Script,
+    pub(crate) release: Script,
+    pub(crate) read: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        let build = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Self {
+            reserve: build(RESERVE),
+            complete: build(COMPLETE),
+            renew: build(RENEW),
+            release: build(RELEASE),
+            read: build(READ),
+        }
+    }
+}

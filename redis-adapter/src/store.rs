@@ -1,0 +1,559 @@
+//! [`RedisStore`]: the record machine on Redis, standalone or Cluster.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use idem::{Store, StoreError};
+use idem_core::record::{Command, Completion, Refusal, Reply, Reservation};
+use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, Script, Value};
+use thiserror::Error;
+
+use crate::codec::{self, MAX_DEADLINE_MS};
+use crate::layout::KeyLayout;
+use crate::scripts::Scripts;
+use crate::watch::Watch;
+
+/// The per-command timeout used when none is configured.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The connect timeout used when none is configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The store could not be set up.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL or client configuration was refused.
+    #[error("invalid Redis configuration: {0}")]
+    Config(#[source] RedisError),
+    /// The first connection could not be made.
+    #[error("could not connect to Redis: {0}")]
+    Connect(#[source] RedisError),
+    /// The first connection did not complete within the connect timeout.
+    #[error("connecting to Redis took longer than {0:?}")]
+    ConnectTimeout(Duration),
+}
+
+/// A command did not answer within the per-command timeout; it may still run on the server.
+#[derive(Debug, Error)]
+#[error("no reply within {0:?}; the command may still have run")]
+pub struct CommandTimeout(pub Duration);
+
+/// A script answered with something that is not one of its replies.
+#[derive(Debug, Error)]
+#[error("unexpected reply from the {script} script: {detail}")]
+pub struct UnexpectedReply {
+    script: &'static str,
+    detail: String,
+}
+
+/// Counters of what the store has seen since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Commands sent.
+    pub commands: u64,
+    /// Commands that ended in [`StoreError::Unavailable`] (timeout, I/O error, server
+    /// error): their outcome is unknown.
+    pub unavailable: u64,
+    /// Commands refused because the key holds a value this adapter did not write.
+    pub corrupt: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commands: AtomicU64,
+    unavailable: AtomicU64,
+    corrupt: AtomicU64,
+}
+
+#[derive(Clone)]
+enum Connection {
+    /// Reconnects in the background after a dropped connection.
+    Standalone(ConnectionManager),
+    /// Routes each script by its one key; refreshes its slot map on redirections.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Connection::Standalone(_) => "Standalone",
+            Connection::Cluster(_) => "Cluster",
+        })
+    }
+}
+
+/// Settings for [`RedisStore`]; see [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    layout: KeyLayout,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    watch: bool,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self {
+            layout: KeyLayout::default(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            watch: true,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every record key (default `idem:`); see [`crate::layout`].
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.layout = KeyLayout::new(prefix);
+        self
+    }
+
+    /// How long one command may take, round trips and script loading included (default
+    /// 1 s). A command that takes longer fails with [`StoreError::Unavailable`], and may
+    /// still have run on the server. Zero is raised to one millisecond.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long making a connection may take (default 1 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Whether a standalone store announces completes and releases on the channel
+    /// `{prefix}changed` and wakes its waiters with them (default on); see
+    /// [`Store::changed`]. Without it, waiters reserve again at their backoff. A Cluster
+    /// store never watches.
+    #[must_use]
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Connects to a standalone server at `url` (`redis://host:port/db`).
+    pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
+        let client = redis::Client::open(url).map_err(ConnectError::Config)?;
+        self.from_client(client).await
+    }
+
+    /// Uses `client` for a standalone server, through a reconnecting connection manager
+    /// configured with this builder's timeouts.
+    pub async fn from_client(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.command_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(self.connect_timeout);
+        let manager = self
+            .first_connection(ConnectionManager::new_with_config(client.clone(), config))
+            .await?;
+        let watch = if self.watch {
+            let channel = format!("{}changed", self.layout.prefix());
+            Some(Watch::start(client, channel, self.connect_timeout).await)
+        } else {
+            None
+        };
+        Ok(self.build(Connection::Standalone(manager), watch))
+    }
+
+    /// Connects to a Cluster through any of its nodes (`redis://host:port` each).
+    pub async fn connect_cluster<I, U>(self, nodes: I) -> Result<RedisStore, ConnectError>
+    where
+        I: IntoIterator<Item = U>,
+        U: redis::IntoConnectionInfo,
+    {
+        let client = ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.command_timeout)
+            .overall_response_timeout(Some(self.command_timeout))
+            .build()
+            .map_err(ConnectError::Config)?;
+        self.from_cluster_client(client).await
+    }
+
+    /// Uses an existing Cluster client. Whatever timeouts it was built with, each command
+    /// is also bounded by this builder's command timeout.
+    pub async fn from_cluster_client(
+        self,
+        client: ClusterClient,
+    ) -> Result<RedisStore, ConnectError> {
+        let connection = self
+            .first_connection(async move { client.get_async_connection().await })
+            .await?;
+        Ok(self.build(Connection::Cluster(connection), None))
+    }
+
+    async fn first_connection<C>(
+        &self,
+        connecting: impl Future<Output = Result<C, RedisError>>,
+    ) -> Result<C, ConnectError> {
+        // Room for the connection manager's own retries.
+        let limit = self.connect_timeout.saturating_mul(4);
+        match tokio::time::timeout(limit, connecting).await {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(error)) => Err(ConnectError::Connect(error)),
+            Err(_) => Err(ConnectError::ConnectTimeout(limit)),
+        }
+    }
+
+    fn build(self, connection: Connection, watch: Option<Watch>) -> RedisStore {
+        RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                watch,
+                layout: self.layout,
+                command_timeout: self.command_timeout,
+                scripts: Scripts::new(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+}
+
+/// The record machine on Redis: a [`Store`] for a standalone server or a Cluster.
+///
+/// Every command is one Lua script on one key ([`crate::scripts`]), judged by the server's
+/// clock; records are laid out as in [`crate::codec`] under the keys of
+/// [`crate::layout`]. Cheap to clone: clones share one connection.
+///
+/// Every failure whose effect is unknown (a timeout, a dropped connection, a server error
+/// such as a failover's `READONLY` or `CLUSTERDOWN`) is [`StoreError::Unavailable`]; the
+/// attempt machine then retries with the same owner token, which the reserve script
+/// recognises (`I11`).
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    watch: Option<Watch>,
+    layout: KeyLayout,
+    command_timeout: Duration,
+    scripts: Scripts,
+    counters: Counters,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connection", &self.connection)
+            .field("layout", &self.layout)
+            .field("command_timeout", &self.command_timeout)
+            .field("watch", &self.watch.as_ref().map(Watch::channel))
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Settings: prefix, timeouts; then connect.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// Connects to a standalone server at `url` with the default settings.
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        Self::builder().connect(url).await
+    }
+
+    /// How record keys are named.
+    pub fn layout(&self) -> &KeyLayout {
+        &self.inner.layout
+    }
+
+    /// The per-command timeout.
+    pub fn command_timeout(&self) -> Duration {
+        self.inner.command_timeout
+    }
+
+    /// What the store has counted so far.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.inner.counters;
+        StoreStats {
+            commands: c.commands.load(Ordering::Relaxed),
+            unavailable: c.unavailable.load(Ordering::Relaxed),
+            corrupt: c.corrupt.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Like [`Store::apply`], and also returns the server's clock (milliseconds since the
+    /// Unix epoch) at which the script decided: the `now` of `idem_core::record::apply`.
+    pub async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let counters = &self.inner.counters;
+        counters.commands.fetch_add(1, Ordering::Relaxed);
+        let result = self.run(operation, key, &command).await;
+        match &result {
+            Err(StoreError::Corrupt { .. }) => {
+                counters.corrupt.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                counters.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+        }
+        result
+    }
+
+    async fn run(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let redis_key = self.inner.layout.record_key(operation, key);
+        let scripts = &self.inner.scripts;
+        let channel = || {
+            self.inner
+                .watch
+                .as_ref()
+                .map_or_else(Vec::new, |watch| watch.channel().as_bytes().to_vec())
+        };
+        let (script, args): (&Script, Vec<Vec<u8>>) = match command {
+            Command::Reserve {
+                owner,
+                fingerprint,
+                lease,
+            } => (
+                &scripts.reserve,
+                vec![token(*owner), print(*fingerprint), millis(*lease)],
+            ),
+            Command::Complete {
+                owner,
+                fingerprint,
+                body,
+                retention,
+            } => {
+                let (flag, bytes) = match body {
+                    Some(body) => (b"1".to_vec(), body.as_bytes().to_vec()),
+                    None => (b"0".to_vec(), Vec::new()),
+                };
+                (
+                    &scripts.complete,
+                    vec![
+                        token(*owner),
+                        print(*fingerprint),
+                        flag,
+                        bytes,
+                        millis(*retention),
+                        channel(),
+                    ],
+                )
+            }
+            Command::Renew { owner, lease } => {
+                (&scripts.renew, vec![token(*owner), millis(*lease)])
+            }
+            Command::Release { owner } => (&scripts.release, vec![token(*owner), channel()]),
+            Command::Read => (&scripts.read, Vec::new()),
+        };
+        let value = self.invoke(script, &redis_key, args, command).await?;
+        parse_reply(command, &redis_key, value)
+    }
+
+    async fn invoke(
+        &self,
+        script: &Script,
+        redis_key: &str,
+        args: Vec<Vec<u8>>,
+        command: &Command,
+    ) -> Result<Value, StoreError> {
+        let mut invocation = script.key(redis_key);
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let call = async {
+            match &self.inner.connection {
+                Connection::Standalone(manager) => {
+                    invocation.invoke_async::<Value>(&mut manager.clone()).await
+                }
+                Connection::Cluster(cluster) => {
+                    invocation.invoke_async::<Value>(&mut cluster.clone()).await
+                }
+            }
+        };
+        let timeout = self.inner.command_timeout;
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(StoreError::unavailable(command, error)),
+            Err(_) => Err(StoreError::unavailable(command, CommandTimeout(timeout))),
+        }
+    }
+}
+
+impl Store for RedisStore {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        self.apply_timed(operation, key, command)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// On a standalone store with its watch on, resolves when a complete or release of
+    /// this record is announced (see [`crate::watch`]); otherwise never, and the waiter's
+    /// backoff governs.
+    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        let watch = self.inner.watch.as_ref().map(|watch| {
+            let redis_key = self.inner.layout.record_key(operation, key);
+            watch.changed(redis_key)
+        });
+        async move {
+            match watch {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+fn token(owner: OwnerToken) -> Vec<u8> {
+    owner.to_bytes().to_vec()
+}
+
+fn print(fingerprint: Fingerprint) -> Vec<u8> {
+    fingerprint.to_bytes().to_vec()
+}
+
+/// Whole milliseconds, as the core rounds them, capped where Lua's numbers stay exact.
+fn millis(duration: Duration) -> Vec<u8> {
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    ms.min(MAX_DEADLINE_MS).to_string().into_bytes()
+}
+
+/// Turns a script's `{tag, now, …}` array into the record machine's reply.
+fn parse_reply(
+    command: &Command,
+    redis_key: &str,
+    value: Value,
+) -> Result<(Reply, Timestamp), StoreError> {
+    let unexpected = |detail: String| {
+        StoreError::unavailable(
+            command,
+            UnexpectedReply {
+                script: command.name(),
+                detail,
+            },
+        )
+    };
+    let Value::Array(items) = value else {
+        return Err(unexpected(format!("{value:?}")));
+    };
+    let mut items = items.into_iter();
+    let tag = match items.next() {
+        Some(Value::BulkString(tag)) if tag.len() == 1 => tag[0],
+        other => return Err(unexpected(format!("tag {other:?}"))),
+    };
+    let now = match items.next() {
+        Some(Value::Int(now)) => Timestamp::from_millis(u64::try_from(now).unwrap_or(0)),
+        other => return Err(unexpected(format!("now {other:?}"))),
+    };
+    let field = items.next();
+    let int = |field: &Option<Value>| match field {
+        Some(Value::Int(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let owner = match command {
+        Command::Reserve { owner, .. } | Command::Renew { owner, .. } => Some(*owner),
+        _ => None,
+    };
+    let reply = match (command, tag) {
+        (_, b'!') => {
+            let detail = match field {
+                Some(Value::BulkString(detail)) => String::from_utf8_lossy(&detail).into_owned(),
+                other => format!("{other:?}"),
+            };
+            return Err(StoreError::Corrupt {
+                key: redis_key.to_owned(),
+                detail,
+            });
+        }
+        (Command::Reserve { .. }, b'R') | (Command::Renew { .. }, b'N') => {
+            match (owner, int(&field)) {
+                (Some(owner), Some(until)) => {
+                    let reservation = Reservation {
+                        owner,
+                        lease_until: Timestamp::from_millis(until),
+                    };
+                    if tag == b'R' {
+                        Reply::Reserved(reservation)
+                    } else {
+                        Reply::Renewed(reservation)
+                    }
+                }
+                _ => return Err(unexpected(format!("lease {field:?}"))),
+            }
+        }
+        (Command::Reserve { .. }, b'F') => match int(&field) {
+            Some(until) => Reply::InFlight {
+                lease_until: Timestamp::from_millis(until),
+            },
+            None => return Err(unexpected(format!("lease {field:?}"))),
+        },
+        (Command::Reserve { .. }, b'P') => match field {
+            None => Reply::Replay { body: None },
+            Some(Value::BulkString(body)) => Reply::Replay {
+                body: Some(Body::new(body)),
+            },
+            Some(other) => return Err(unexpected(format!("body {other:?}"))),
+        },
+        (Command::Reserve { .. }, b'K') => match field {
+            Some(Value::BulkString(bytes)) => match <[u8; 32]>::try_from(bytes.as_slice()) {
+                Ok(bytes) => Reply::KeyReuse {
+                    stored: Fingerprint::from_bytes(bytes),
+                },
+                Err(_) => return Err(unexpected(format!("fingerprint of {} bytes", bytes.len()))),
+            },
+            other => return Err(unexpected(format!("fingerprint {other:?}"))),
+        },
+        (Command::Complete { .. }, b'C') => match int(&field) {
+            Some(1) => Reply::Completed(Completion::InTime),
+            Some(2) => Reply::Completed(Completion::AfterLeaseExpiry),
+            Some(3) => Reply::Completed(Completion::Repeated),
+            _ => return Err(unexpected(format!("completion {field:?}"))),
+        },
+        (Command::Complete { .. } | Command::Renew { .. } | Command::Release { .. }, b'X') => {
+            match int(&field) {
+                Some(1) => Reply::Refused(Refusal::NotOwner),
+                Some(2) => Reply::Refused(Refusal::LeaseLost),
+                Some(3) => Reply::Refused(Refusal::AlreadyCompleted),
+                _ => return Err(unexpected(format!("refusal {field:?}"))),
+            }
+        }
+        (Command::Release { .. }, b'D') => Reply::Released,
+        (Command::Read, b'E') => Reply::Read(None),
+        (Command::Read, b'V') => match field {
+            Some(Value::BulkString(raw)) => match codec::decode(&raw) {
+                Ok(record) => Reply::Read(Some(record)),
+                Err(error) => {
+                    return Err(StoreError::Corrupt {
+                        key: redis_key.to_owned(),
+                        detail: error.to_string(),
+                    });
+                }
+            },
+            other => return Err(unexpected(format!("record {other:?}"))),
+        },
+        (_, tag) => return Err(unexpected(format!("tag {:?}", char::from(tag)))),
+    };
+    Ok((reply, now))
+}

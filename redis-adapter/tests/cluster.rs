@@ -1,0 +1,132 @@
+//! The store on a three-master Redis Cluster started by the harness: the article's
+//! scenarios and concurrency through the Coordinator, the differential check, foreign
+//! values, and a stalled node under the per-command timeout.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use idem::{Store, StoreError};
+use idem_core::record::{Command, Reply};
+use idem_core::{Fingerprint, Key, Operation, OwnerToken};
+use idem_redis::RedisStore;
+use redis::AsyncCommands;
+use support::scenarios;
+use support::{RedisCluster, raw_command};
+
+async fn store(cluster: &RedisCluster, timeout: Duration) -> RedisStore {
+    RedisStore::builder()
+        .command_timeout(timeout)
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap()
+}
+
+fn keys_on(port: u16) -> u64 {
+    let reply = raw_command(port, "DBSIZE").unwrap();
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenarios_and_concurrency_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster, Duration::from_secs(1)).await;
+    scenarios::article_wait(&store, "order-wait").await;
+    scenarios::article_raise(&store, "order-raise").await;
+    scenarios::sequential_rules(&store, "order-seq").await;
+    scenarios::concurrent_callers(&store, "one-key", 1, 32).await;
+    scenarios::concurrent_callers(&store, "many-keys", 40, 8).await;
+    // A key with a hash tag lands on its tag's node; nothing crosses slots.
+    scenarios::sequential_rules(&store, "{user-7}order").await;
+    for node in &cluster.nodes {
+        assert!(keys_on(node.port) > 0, "node {} holds no record", node.port);
+    }
+    assert_eq!(store.stats().unavailable, 0);
+}
+
+#[test]
+fn redis_cluster_agrees_with_the_record_machine() {
+    let cluster = RedisCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(store(&cluster, Duration::from_secs(1)));
+    if let Err(failure) = support::differential::check(&runtime, &store, 60) {
+        panic!("{failure}");
+    }
+    assert_eq!(store.stats().unavailable, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_values_and_a_stalled_node_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let timeout = Duration::from_millis(300);
+    let store = store(&cluster, timeout).await;
+    let op = Operation::new("payment.charge").unwrap();
+    let reserve = Command::Reserve {
+        owner: OwnerToken::from_u128(1),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease: Duration::from_secs(30),
+    };
+
+    // A foreign value is reported and left alone, on whichever node holds it.
+    let foreign = Key::new("foreign").unwrap();
+    let redis_key = store.layout().record_key(&op, &foreign);
+    let mut plain = redis::cluster::ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let _: () = plain.hset(&redis_key, "status", "done").await.unwrap();
+    let result = store.apply(&op, &foreign, reserve.clone()).await;
+    assert!(
+        matches!(&result, Err(StoreError::Corrupt { key, .. }) if *key == redis_key),
+        "{result:?}"
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg(&redis_key)
+        .query_async(&mut plain)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+
+    // Every node stalls for 1.5 s: the command gives up after its timeout.
+    let key = Key::new("stalled").unwrap();
+    store.apply(&op, &key, Command::Read).await.unwrap();
+    let sleepers: Vec<_> = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let port = node.port;
+            std::thread::spawn(move || raw_command(port, "DEBUG SLEEP 1.5"))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let result = store.apply(&op, &key, reserve.clone()).await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(&result, Err(error) if error.is_outcome_unknown()),
+        "{result:?}"
+    );
+    assert!(waited < Duration::from_millis(1400), "waited {waited:?}");
+    for sleeper in sleepers {
+        let _ = sleeper.join();
+    }
+    // Once the nodes answer again, the same store does too; the reserve that timed out may
+    // have run, and its retry with the same token is recognised (I11).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.apply(&op, &key, reserve.clone()).await {
+            Ok(reply) => {
+                assert!(matches!(reply, Reply::Reserved(r) if r.owner == OwnerToken::from_u128(1)));
+                break;
+            }
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{error}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

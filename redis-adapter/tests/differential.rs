@@ -1,0 +1,107 @@
+//! Differential test on standalone Redis: random command sequences, with time moving,
+//! applied to the core's record machine and to Redis through the adapter; every reply must
+//! agree, step for step (the checker is in `support/differential.rs`).
+//!
+//! The checker is shown to catch bugs: two deliberately broken stores (a script without the
+//! owner check, one without the fingerprint check), built here in the harness around the real
+//! store, must each be caught.
+
+mod support;
+
+use idem::StoreError;
+use idem_core::record::{Command, Record, Reply};
+use idem_core::{Key, Operation, Timestamp};
+use idem_redis::RedisStore;
+use support::RedisServer;
+use support::differential::{TimedStore, check};
+
+/// Broken on purpose: as if the scripts did not check the owner token (complete, renew and
+/// release act for whoever holds the key).
+struct Unfenced(RedisStore);
+
+/// Broken on purpose: as if the reserve script did not compare fingerprints.
+struct NoFingerprintCheck(RedisStore);
+
+async fn holder(store: &RedisStore, operation: &Operation, key: &Key) -> Option<Record> {
+    match store.apply_timed(operation, key, Command::Read).await {
+        Ok((Reply::Read(record), _)) => record,
+        _ => None,
+    }
+}
+
+impl TimedStore for Unfenced {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        mut command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        if let Some(record) = holder(&self.0, operation, key).await {
+            match &mut command {
+                Command::Complete { owner, .. }
+                | Command::Renew { owner, .. }
+                | Command::Release { owner } => *owner = record.owner(),
+                _ => {}
+            }
+        }
+        self.0.apply_timed(operation, key, command).await
+    }
+}
+
+impl TimedStore for NoFingerprintCheck {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        mut command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        if let (Some(record), Command::Reserve { fingerprint, .. }) =
+            (holder(&self.0, operation, key).await, &mut command)
+        {
+            *fingerprint = record.fingerprint();
+        }
+        self.0.apply_timed(operation, key, command).await
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn redis_agrees_with_the_record_machine() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::connect(&server.url()))
+        .unwrap();
+    if let Err(failure) = check(&runtime, &store, 200) {
+        panic!("{failure}");
+    }
+    assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
+}
+
+#[test]
+fn the_checker_catches_a_store_without_the_owner_check() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::connect(&server.url()))
+        .unwrap();
+    let failure = check(&runtime, &Unfenced(store), 256).expect_err("must be caught");
+    assert!(failure.contains("model"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_store_without_the_fingerprint_check() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::connect(&server.url()))
+        .unwrap();
+    let failure = check(&runtime, &NoFingerprintCheck(store), 256).expect_err("must be caught");
+    assert!(failure.contains("model"), "{failure}");
+}

@@ -1,0 +1,339 @@
+//! Faults on a real Redis: the server killed, the server restarted, a stalled link, and a
+//! reply lost after the server applied a reserve. Callers are `idem_core::Attempt`s driven
+//! by the harness's minimal driver.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use idem::{Store, StoreError};
+use idem_core::record::{Command, Reply};
+use idem_core::{
+    ActionResult, Attempt, Body, Execution, Fingerprint, Key, Operation, Options, Outcome,
+    OwnerToken, Protection, Record, Recording, StoreFailurePolicy,
+};
+use idem_redis::{RedisStore, codec};
+use redis::AsyncCommands;
+use support::attempt::drive;
+use support::proxy::Proxy;
+use support::{RedisServer, raw_command};
+
+const TIMEOUT: Duration = Duration::from_millis(200);
+
+fn options(on_failure: StoreFailurePolicy) -> Options {
+    Options::builder()
+        .on_store_failure(on_failure)
+        .lease(Duration::from_secs(5))
+        .backoff_initial(Duration::from_millis(5))
+        .backoff_max(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+fn attempt(key: &str, owner: u128, on_failure: StoreFailurePolicy) -> Attempt {
+    Attempt::new(
+        Operation::new("payment.charge").unwrap(),
+        Key::new(key).unwrap(),
+        Fingerprint::of_bytes(b"charge 100"),
+        OwnerToken::from_u128(owner),
+        owner as u64,
+        options(on_failure),
+        idem_core::Timestamp::ZERO,
+    )
+}
+
+/// An action that counts its effects, like a card statement.
+fn charge(effects: &Arc<AtomicU32>) -> impl AsyncFnOnce() -> ActionResult + use<> {
+    let effects = effects.clone();
+    async move || {
+        let n = effects.fetch_add(1, Ordering::SeqCst) + 1;
+        ActionResult::Succeeded(Body::new(format!("ch_{n}").into_bytes()))
+    }
+}
+
+/// A store whose only connection is the command connection (no watch subscription), so
+/// that a proxy's faults hit the commands under test.
+async fn store_at(url: &str) -> RedisStore {
+    RedisStore::builder()
+        .watch(false)
+        .command_timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+fn executed_under_reservation(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Executed(Execution {
+            protection: Protection::Reserved,
+            record: Recording::Stored,
+            lease_lost: false,
+        })
+    )
+}
+
+#[tokio::test]
+async fn a_killed_server_fails_open_or_closed_as_configured() {
+    let mut server = RedisServer::start();
+    let store = store_at(&server.url()).await;
+    let effects = Arc::new(AtomicU32::new(0));
+
+    let (outcome, seen) = drive(
+        &store,
+        attempt("before", 1, StoreFailurePolicy::FailOpen),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+    assert_eq!(seen.store_errors, 0);
+
+    server.kill();
+
+    // Fail-open: the action runs unprotected, and the outcome says so.
+    let (outcome, seen) = drive(
+        &store,
+        attempt("open", 2, StoreFailurePolicy::FailOpen),
+        charge(&effects),
+    )
+    .await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Executed(Execution {
+                protection: Protection::FailedOpen,
+                record: Recording::Unknown,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(seen.runs, 1);
+    assert!(seen.store_errors >= 2, "reserve retried, complete retried");
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+
+    // Fail-closed: nothing runs.
+    let (outcome, seen) = drive(
+        &store,
+        attempt("closed", 3, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert_eq!(outcome, Outcome::StoreUnavailable);
+    assert_eq!(seen.runs, 0);
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+
+    let stats = store.stats();
+    assert!(
+        stats.unavailable >= u64::from(seen.store_errors) + 2,
+        "{stats:?}"
+    );
+    assert_eq!(stats.corrupt, 0);
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_reached_again_by_the_same_store() {
+    let mut server = RedisServer::start();
+    let store = store_at(&server.url()).await;
+    let effects = Arc::new(AtomicU32::new(0));
+    let (outcome, _) = drive(
+        &store,
+        attempt("k", 1, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+
+    server.restart();
+
+    // The connection manager reconnects in the background; the first commands after the
+    // restart may fail (outcome unknown), then the same store answers again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let op = Operation::new("payment.charge").unwrap();
+    let key = Key::new("k").unwrap();
+    let reply = loop {
+        match store.apply(&op, &key, Command::Read).await {
+            Ok(reply) => break reply,
+            Err(error) => {
+                assert!(error.is_outcome_unknown(), "{error}");
+                assert!(Instant::now() < deadline, "no reconnect: {error}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Without persistence the restart lost the record (MODEL.md, "Redis"): a retry of the
+    // same request runs the effect a second time.
+    assert_eq!(reply, Reply::Read(None));
+    let (outcome, _) = drive(
+        &store,
+        attempt("k", 2, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+    assert_eq!(effects.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let store = store_at(&proxy.url()).await;
+    let op = Operation::new("payment.charge").unwrap();
+    let key = Key::new("k").unwrap();
+    let reserve = Command::Reserve {
+        owner: OwnerToken::from_u128(1),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease: Duration::from_secs(30),
+    };
+    // Load the reserve script first: a stalled EVALSHA of an unknown script would only
+    // come back NOSCRIPT.
+    let warm_up = Key::new("warm-up").unwrap();
+    store.apply(&op, &warm_up, reserve.clone()).await.unwrap();
+
+    proxy.stall();
+    let started = Instant::now();
+    let result = store.apply(&op, &key, reserve.clone()).await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(
+            &result,
+            Err(StoreError::Unavailable {
+                command: "reserve",
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(result.unwrap_err().is_outcome_unknown());
+    // Generous bound (the machine is shared): the point is that the call returns at all.
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+
+    // The stalled reserve reaches the server once the link recovers: a timed-out command
+    // may still run. Its retry with the same token gets the reservation (I11).
+    proxy.resume();
+    let mut conn = server.conn().await;
+    let redis_key = store.layout().record_key(&op, &key);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let raw: Vec<u8> = loop {
+        let raw: Option<Vec<u8>> = conn.get(&redis_key).await.unwrap();
+        if let Some(raw) = raw {
+            break raw;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled reserve never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let Ok(Record::Pending { lease_until, .. }) = codec::decode(&raw) else {
+        panic!("a pending record");
+    };
+    let retried = loop {
+        match store.apply(&op, &key, reserve.clone()).await {
+            Ok(reply) => break reply,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{error}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    assert_eq!(
+        retried,
+        Reply::Reserved(idem_core::Reservation {
+            owner: OwnerToken::from_u128(1),
+            lease_until,
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_reply_lost_after_the_reserve_applied_is_retried_with_the_same_token() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let store = store_at(&proxy.url()).await;
+    let effects = Arc::new(AtomicU32::new(0));
+    // Load the reserve script first, so the swallowed reply is the reserve's own.
+    let (outcome, _) = drive(
+        &store,
+        attempt("warm-up", 1, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+
+    proxy.cut_after_next_reply();
+    let (outcome, seen) = drive(
+        &store,
+        attempt("k", 2, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert_eq!(proxy.swallowed(), 1);
+    assert_eq!(seen.store_errors, 1, "only the reserve's reply was lost");
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
+    assert_eq!(seen.runs, 1);
+    assert_eq!(effects.load(Ordering::SeqCst), 2, "one effect per key");
+    assert!(proxy.connections() >= 2, "the store reconnected");
+}
+
+/// Asynchronous replication: a reserve the master acknowledged, but had not yet sent to its
+/// replica, is gone after the replica is promoted (MODEL.md, "Redis"). The replication link
+/// runs through the proxy, which is stalled before the write.
+#[tokio::test]
+async fn a_failover_can_lose_an_acknowledged_reserve() {
+    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let link = Proxy::start(master.port).await;
+    let link_port = link.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    let on_master = store_at(&master.url()).await;
+    let op = Operation::new("payment.charge").unwrap();
+    let reserve = |owner: u128| Command::Reserve {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease: Duration::from_secs(30),
+    };
+    let replicated = Key::new("replicated").unwrap();
+    let lost = Key::new("lost").unwrap();
+
+    assert!(matches!(
+        on_master.apply(&op, &replicated, reserve(1)).await,
+        Ok(Reply::Reserved(_))
+    ));
+    let replicated_key = on_master.layout().record_key(&op, &replicated);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw_command(replica.port, &format!("EXISTS {replicated_key}")).unwrap_or_default()
+        != ":1\r\n"
+    {
+        assert!(Instant::now() < deadline, "the replica never synchronised");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    link.stall();
+    assert!(matches!(
+        on_master.apply(&op, &lost, reserve(2)).await,
+        Ok(Reply::Reserved(_))
+    ));
+    master.kill();
+    let promoted = raw_command(replica.port, "REPLICAOF NO ONE").unwrap();
+    assert!(promoted.starts_with("+OK"), "{promoted}");
+
+    let on_replica = store_at(&replica.url()).await;
+    assert!(matches!(
+        on_replica.apply(&op, &replicated, Command::Read).await,
+        Ok(Reply::Read(Some(Record::Pending { .. })))
+    ));
+    // The acknowledged reservation is gone: another caller takes the key, and its action
+    // would run a second time.
+    assert_eq!(
+        on_replica.apply(&op, &lost, Command::Read).await.unwrap(),
+        Reply::Read(None)
+    );
+    assert!(matches!(
+        on_replica.apply(&op, &lost, reserve(3)).await,
+        Ok(Reply::Reserved(r)) if r.owner == OwnerToken::from_u128(3)
+    ));
+}

@@ -1,0 +1,466 @@
+//! The store on a real standalone Redis: each transition, server time, the layout, corrupt
+//! and foreign values, limits, the script cache, and the record size.
+
+mod support;
+
+use std::time::Duration;
+
+use idem::{Store, StoreError};
+use idem_core::record::{Command, Completion, Refusal, Reply};
+use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Record, Timestamp};
+use idem_redis::{RedisStore, codec};
+use redis::AsyncCommands;
+use support::RedisServer;
+
+const LEASE: Duration = Duration::from_secs(30);
+const RETENTION: Duration = Duration::from_secs(3600);
+
+fn op(name: &str) -> Operation {
+    Operation::new(name).unwrap()
+}
+
+fn key(name: &str) -> Key {
+    Key::new(name).unwrap()
+}
+
+fn reserve(owner: u128, fp: &[u8]) -> Command {
+    Command::Reserve {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint: Fingerprint::of_bytes(fp),
+        lease: LEASE,
+    }
+}
+
+fn complete(owner: u128, fp: &[u8], body: Option<&[u8]>) -> Command {
+    Command::Complete {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint: Fingerprint::of_bytes(fp),
+        body: body.map(Body::new),
+        retention: RETENTION,
+    }
+}
+
+fn renew(owner: u128) -> Command {
+    Command::Renew {
+        owner: OwnerToken::from_u128(owner),
+        lease: LEASE,
+    }
+}
+
+fn release(owner: u128) -> Command {
+    Command::Release {
+        owner: OwnerToken::from_u128(owner),
+    }
+}
+
+async fn server_now(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test]
+async fn a_key_through_its_life() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let (o, k) = (op("payment.charge"), key("order-1"));
+
+    let Ok(Reply::Reserved(mine)) = store.apply(&o, &k, reserve(1, b"a")).await else {
+        panic!("a free key is reserved");
+    };
+    assert_eq!(mine.owner, OwnerToken::from_u128(1));
+    // I11: the owner's retried reserve gets the same reservation back.
+    assert_eq!(
+        store.apply(&o, &k, reserve(1, b"a")).await.unwrap(),
+        Reply::Reserved(mine)
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::InFlight {
+            lease_until: mine.lease_until
+        }
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"other")).await.unwrap(),
+        Reply::KeyReuse {
+            stored: Fingerprint::of_bytes(b"a")
+        }
+    );
+    // I2: another owner can neither renew, release nor complete.
+    for command in [renew(2), release(2), complete(2, b"a", Some(b"x"))] {
+        assert_eq!(
+            store.apply(&o, &k, command).await.unwrap(),
+            Reply::Refused(Refusal::NotOwner)
+        );
+    }
+    let Ok(Reply::Renewed(renewed)) = store.apply(&o, &k, renew(1)).await else {
+        panic!("the owner renews");
+    };
+    assert!(renewed.lease_until >= mine.lease_until, "I10");
+    assert_eq!(
+        store
+            .apply(&o, &k, complete(1, b"a", Some(b"ch_1")))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::InTime)
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
+        Reply::Replay {
+            body: Some(Body::new(b"ch_1".to_vec()))
+        }
+    );
+    // I3: a completed record is never changed or removed.
+    assert_eq!(
+        store
+            .apply(&o, &k, complete(1, b"a", Some(b"ch_2")))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::Repeated)
+    );
+    for command in [renew(1), release(1)] {
+        assert_eq!(
+            store.apply(&o, &k, command).await.unwrap(),
+            Reply::Refused(Refusal::AlreadyCompleted)
+        );
+    }
+    let Ok(Reply::Read(Some(Record::Completed { body, owner, .. }))) =
+        store.apply(&o, &k, Command::Read).await
+    else {
+        panic!("a completed record reads back");
+    };
+    assert_eq!(body, Some(Body::new(b"ch_1".to_vec())));
+    assert_eq!(owner, OwnerToken::from_u128(1));
+    // Rule 8: the same key under another operation is another record.
+    assert!(matches!(
+        store.apply(&op("order.cancel"), &k, reserve(4, b"a")).await,
+        Ok(Reply::Reserved(_))
+    ));
+    assert_eq!(store.stats().commands, 15);
+    assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
+}
+
+#[tokio::test]
+async fn release_frees_the_key_and_a_late_complete_is_recorded() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let (o, k) = (op("op"), key("k"));
+    store.apply(&o, &k, reserve(1, b"a")).await.unwrap();
+    assert_eq!(
+        store.apply(&o, &k, release(1)).await.unwrap(),
+        Reply::Released
+    );
+    assert_eq!(
+        store.apply(&o, &k, release(1)).await.unwrap(),
+        Reply::Refused(Refusal::LeaseLost)
+    );
+    assert_eq!(
+        store.apply(&o, &k, Command::Read).await.unwrap(),
+        Reply::Read(None)
+    );
+    // A complete on a free key records the result (MODEL.md, "Late complete"), without a
+    // body when none is given.
+    assert_eq!(
+        store.apply(&o, &k, complete(1, b"a", None)).await.unwrap(),
+        Reply::Completed(Completion::AfterLeaseExpiry)
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::Replay { body: None }
+    );
+}
+
+#[tokio::test]
+async fn time_is_the_servers() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let (o, k) = (op("op"), key("k"));
+    let redis_key = store.layout().record_key(&o, &k);
+
+    // The reply's lease is the server's TIME plus the lease; Redis holds the key that long.
+    let before = server_now(&mut conn).await;
+    let (reply, now) = store.apply_timed(&o, &k, reserve(1, b"a")).await.unwrap();
+    let after = server_now(&mut conn).await;
+    assert!((before..=after).contains(&now.as_millis()));
+    assert_eq!(
+        reply,
+        Reply::Reserved(idem_core::Reservation {
+            owner: OwnerToken::from_u128(1),
+            lease_until: now.saturating_add(LEASE),
+        })
+    );
+    let pttl: i64 = conn.pttl(&redis_key).await.unwrap();
+    assert!(pttl > 0 && pttl <= 30_000, "PTTL {pttl}");
+
+    // A record whose deadline has passed on the server's clock is absent, even while Redis
+    // still holds the key (planted here without a TTL): the script judges by TIME.
+    let now = server_now(&mut conn).await;
+    let planted = |deadline: u64| {
+        codec::encode(&Record::Pending {
+            owner: OwnerToken::from_u128(9),
+            fingerprint: Fingerprint::of_bytes(b"a"),
+            lease_until: Timestamp::from_millis(deadline),
+        })
+    };
+    let _: () = conn.set(&redis_key, planted(now - 1)).await.unwrap();
+    assert!(matches!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::Reserved(r) if r.owner == OwnerToken::from_u128(2)
+    ));
+    // One whose deadline is ahead of the server's clock is live, whatever its TTL.
+    let _: () = conn.set(&redis_key, planted(now + 60_000)).await.unwrap();
+    assert_eq!(
+        store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
+        Reply::InFlight {
+            lease_until: Timestamp::from_millis(now + 60_000)
+        }
+    );
+}
+
+/// Values this adapter did not write, each planted with raw commands.
+async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: &str, kind: &str) {
+    let good = codec::encode(&Record::Pending {
+        owner: OwnerToken::from_u128(1),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease_until: Timestamp::from_millis(u64::MAX / 4),
+    });
+    let _: () = conn.del(redis_key).await.unwrap();
+    match kind {
+        "garbage" => conn.set(redis_key, b"\xff\x00not a record").await.unwrap(),
+        "empty string" => conn.set(redis_key, b"").await.unwrap(),
+        "json" => conn
+            .set(redis_key, r#"{"status":"pending"}"#)
+            .await
+            .unwrap(),
+        "hash" => conn.hset(redis_key, "status", "done").await.unwrap(),
+        "list" => conn.rpush(redis_key, "x").await.unwrap(),
+        "set" => conn.sadd(redis_key, "x").await.unwrap(),
+        "version 2" => {
+            let mut bytes = good.clone();
+            bytes[2] = 2;
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        "unknown state" => {
+            let mut bytes = good.clone();
+            bytes[3] = 7;
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        "truncated" => conn.set(redis_key, &good[..59]).await.unwrap(),
+        "trailing bytes" => {
+            let mut bytes = good.clone();
+            bytes.push(b'!');
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        other => panic!("unknown kind {other}"),
+    }
+}
+
+const FOREIGN: [&str; 10] = [
+    "garbage",
+    "empty string",
+    "json",
+    "hash",
+    "list",
+    "set",
+    "version 2",
+    "unknown state",
+    "truncated",
+    "trailing bytes",
+];
+
+#[tokio::test]
+async fn foreign_values_are_reported_and_never_overwritten() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let (o, k) = (op("op"), key("k"));
+    let redis_key = store.layout().record_key(&o, &k);
+    let commands = [
+        reserve(1, b"a"),
+        complete(1, b"a", Some(b"x")),
+        renew(1),
+        release(1),
+        Command::Read,
+    ];
+    for kind in FOREIGN {
+        plant_foreign(&mut conn, &redis_key, kind).await;
+        let before: Vec<u8> = redis::cmd("DUMP")
+            .arg(&redis_key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for command in &commands {
+            let result = store.apply(&o, &k, command.clone()).await;
+            match result {
+                Err(StoreError::Corrupt { key, detail }) => {
+                    assert_eq!(key, redis_key);
+                    assert!(!detail.is_empty());
+                }
+                other => panic!("{kind} under {}: {other:?}", command.name()),
+            }
+            let after: Vec<u8> = redis::cmd("DUMP")
+                .arg(&redis_key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(before, after, "{kind} was changed by {}", command.name());
+        }
+    }
+    let stats = store.stats();
+    assert_eq!(stats.corrupt, (FOREIGN.len() * commands.len()) as u64);
+    assert_eq!(stats.unavailable, 0);
+}
+
+#[tokio::test]
+async fn keys_and_operations_at_their_limits() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder()
+        .prefix("{tenant-7}:")
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let mut conn = server.conn().await;
+    // 100 bytes of every operation character; 255 bytes of every visible ASCII character,
+    // braces and colons included.
+    let op_chars: Vec<char> = ('a'..='z')
+        .chain('A'..='Z')
+        .chain('0'..='9')
+        .chain(['.', '_', '-'])
+        .collect();
+    let o = op(&op_chars.iter().cycle().take(100).collect::<String>());
+    let visible: Vec<char> = ('\x21'..='\x7e').collect();
+    let k = key(&visible.iter().cycle().take(255).collect::<String>());
+    assert!(Operation::new("x".repeat(101)).is_err());
+    assert!(Key::new("x".repeat(256)).is_err());
+
+    let body = vec![0xAB_u8; 1 << 20];
+    assert!(matches!(
+        store.apply(&o, &k, reserve(1, b"a")).await,
+        Ok(Reply::Reserved(_))
+    ));
+    assert_eq!(
+        store
+            .apply(&o, &k, complete(1, b"a", Some(&body)))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::InTime)
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::Replay {
+            body: Some(Body::new(body))
+        }
+    );
+    let expected = format!("{{tenant-7}}:{o}:{k}");
+    assert_eq!(expected.len(), 11 + 100 + 1 + 255);
+    let exists: bool = conn.exists(&expected).await.unwrap();
+    assert!(
+        exists,
+        "the record lives under prefix + operation + ':' + key"
+    );
+    let keys: Vec<String> = conn.keys("*").await.unwrap();
+    assert_eq!(keys, vec![expected]);
+}
+
+#[tokio::test]
+async fn an_empty_script_cache_is_refilled() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let (o, k) = (op("op"), key("k"));
+    store.apply(&o, &k, reserve(1, b"a")).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.apply(&o, &k, release(1)).await.unwrap(),
+        Reply::Released
+    );
+    assert!(matches!(
+        store.apply(&o, &k, reserve(1, b"a")).await,
+        Ok(Reply::Reserved(_))
+    ));
+}
+
+/// The record's footprint: the value's length is fixed by the codec; `MEMORY USAGE` (key,
+/// value and Redis's bookkeeping, allocator rounding included) is printed for the report.
+#[tokio::test]
+async fn record_size() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let o = op("payment.charge");
+    let pending = key("order-000001");
+    let completed = key("order-000002");
+    store.apply(&o, &pending, reserve(1, b"a")).await.unwrap();
+    store.apply(&o, &completed, reserve(2, b"a")).await.unwrap();
+    let body = br#"{"charge":"ch_1"}"#;
+    assert_eq!(body.len(), 17);
+    store
+        .apply(&o, &completed, complete(2, b"a", Some(body)))
+        .await
+        .unwrap();
+    let mut sizes = Vec::new();
+    for (k, value_len) in [(&pending, 60), (&completed, 77)] {
+        let redis_key = store.layout().record_key(&o, k);
+        let len: usize = conn.strlen(&redis_key).await.unwrap();
+        assert_eq!(len, value_len);
+        let usage: usize = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&redis_key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(usage < 256, "{redis_key}: {usage} bytes");
+        sizes.push(usage);
+    }
+    println!(
+        "MEMORY USAGE: pending {} B, completed with a 17-byte body {} B",
+        sizes[0], sizes[1]
+    );
+}
+
+/// Whether `waiter`'s watch on (`o`, `k`) resolves once `writer` applies `command`.
+async fn wakes(
+    waiter: &RedisStore,
+    writer: &RedisStore,
+    (o, k): (&Operation, &Key),
+    watched: &Key,
+    command: Command,
+    within: Duration,
+) -> bool {
+    // The watch starts at the call, before the command is sent.
+    let changed = waiter.changed(o, watched);
+    writer.apply(o, k, command).await.unwrap();
+    tokio::time::timeout(within, changed).await.is_ok()
+}
+
+#[tokio::test]
+async fn completes_and_releases_wake_waiters_of_their_key() {
+    let server = RedisServer::start();
+    let waiter = RedisStore::connect(&server.url()).await.unwrap();
+    let writer = RedisStore::connect(&server.url()).await.unwrap();
+    let o = op("op");
+    let (done, failed, other) = (key("done"), key("failed"), key("other"));
+    writer.apply(&o, &done, reserve(1, b"a")).await.unwrap();
+    writer.apply(&o, &failed, reserve(1, b"a")).await.unwrap();
+    let (soon, never) = (Duration::from_secs(2), Duration::from_millis(300));
+    let done_by_1 = complete(1, b"a", None);
+    assert!(wakes(&waiter, &writer, (&o, &done), &done, done_by_1, soon).await);
+    assert!(wakes(&waiter, &writer, (&o, &failed), &failed, release(1), soon).await);
+    // A renewal is not a change; another key's change is not this key's.
+    writer.apply(&o, &failed, reserve(2, b"a")).await.unwrap();
+    assert!(!wakes(&waiter, &writer, (&o, &failed), &failed, renew(2), never).await);
+    assert!(!wakes(&waiter, &writer, (&o, &failed), &other, release(2), never).await);
+
+    // The check catches a writer that does not announce.
+    let silent = RedisStore::builder()
+        .watch(false)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    silent.apply(&o, &other, reserve(3, b"a")).await.unwrap();
+    assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(3), never).await);
+}

@@ -1,0 +1,156 @@
+//! Many seeded runs and their summary.
+
+use std::fmt;
+
+use crate::faults::{Exercised, ExercisedCounts};
+use crate::plan::{Plan, PlanError, Shape};
+use crate::report::{Cause, CauseCounts, Check, RunReport, Violation};
+use crate::rng::SimRng;
+use crate::variant::Variant;
+use crate::world::World;
+
+/// What to run: the shape of each run and the store behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Config {
+    /// Callers, keys and faults.
+    pub shape: Shape,
+    /// The store: correct, or a deliberately broken variant (for checking the checker).
+    pub variant: Variant,
+}
+
+/// One seeded run: the same seed and config give the same run, byte for byte (trace
+/// included when `trace` is set).
+pub fn run_seed(seed: u64, config: &Config, trace: bool) -> Result<RunReport, PlanError> {
+    let mut rng = SimRng::new(seed);
+    let plan = Plan::random(&mut rng, config.shape)?;
+    let mut report = World::new(&plan, config.variant, rng, trace).run();
+    report.seed = seed;
+    Ok(report)
+}
+
+/// The most violations a summary keeps in full (all failing seeds are kept).
+const KEPT_VIOLATIONS: usize = 20;
+
+/// Totals over many runs.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Runs made.
+    pub runs: u64,
+    /// Requests sent (tries, retries included).
+    pub requests: u64,
+    /// Effects (charges).
+    pub effects: u64,
+    /// Simulated events.
+    pub events: u64,
+    /// Extra effects by allowed cause.
+    pub extra: CauseCounts,
+    /// Fault and path classes reached.
+    pub exercised: ExercisedCounts,
+    /// Every seed with a violation.
+    pub failing_seeds: Vec<u64>,
+    /// Violations in total.
+    pub violation_count: u64,
+    /// The first few violations, with their seeds.
+    pub violations: Vec<(u64, Violation)>,
+    /// Violations counted by check, in the order first seen.
+    pub by_check: Vec<(Check, u64)>,
+}
+
+impl Summary {
+    /// Adds one run.
+    pub fn add(&mut self, report: &RunReport) {
+        self.runs += 1;
+        self.requests += report.requests;
+        self.effects += report.effects;
+        self.events += report.events;
+        self.extra.merge(&report.extra);
+        self.exercised.merge(&report.exercised);
+        if !report.violations.is_empty() {
+            self.failing_seeds.push(report.seed);
+            self.violation_count += report.violations.len() as u64;
+            for violation in &report.violations {
+                match self
+                    .by_check
+                    .iter_mut()
+                    .find(|(check, _)| *check == violation.check)
+                {
+                    Some((_, count)) => *count += 1,
+                    None => self.by_check.push((violation.check, 1)),
+                }
+                if self.violations.len() < KEPT_VIOLATIONS {
+                    self.violations.push((report.seed, violation.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Runs seeds `from..from + seeds`, calling `progress` after each run.
+pub fn explore(
+    from: u64,
+    seeds: u64,
+    config: &Config,
+    mut progress: impl FnMut(u64),
+) -> Result<Summary, PlanError> {
+    let mut summary = Summary::default();
+    for seed in from..from.saturating_add(seeds) {
+        let report = run_seed(seed, config, false)?;
+        summary.add(&report);
+        progress(seed);
+    }
+    Ok(summary)
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "runs: {}", self.runs)?;
+        writeln!(f, "requests: {}", self.requests)?;
+        writeln!(f, "effects: {}", self.effects)?;
+        writeln!(f, "extra effects: {}", self.extra.total())?;
+        for cause in Cause::ALL {
+            writeln!(f, "  {:<20} {}", cause.name(), self.extra.get(cause))?;
+        }
+        let reached = Exercised::ALL.len() - self.exercised.missing().len();
+        writeln!(
+            f,
+            "exercised: {reached} of {} fault and path classes",
+            Exercised::ALL.len()
+        )?;
+        for class in Exercised::ALL {
+            writeln!(f, "  {:<20} {}", class.name(), self.exercised.get(class))?;
+        }
+        let missing = self.exercised.missing();
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|class| class.name()).collect();
+            writeln!(f, "never exercised: {}", names.join(", "))?;
+        }
+        for (check, count) in &self.by_check {
+            writeln!(f, "violated {:<28} {count}", check.name())?;
+        }
+        for (seed, violation) in &self.violations {
+            writeln!(f, "seed {seed}: {violation}")?;
+        }
+        if self.failing_seeds.is_empty() {
+            write!(f, "violations: 0")
+        } else {
+            let shown: Vec<String> = self
+                .failing_seeds
+                .iter()
+                .take(50)
+                .map(u64::to_string)
+                .collect();
+            write!(
+                f,
+                "violations: {} in {} seeds: {}{}",
+                self.violation_count,
+                self.failing_seeds.len(),
+                shown.join(" "),
+                if self.failing_seeds.len() > 50 {
+                    " ..."
+                } else {
+                    ""
+                }
+            )
+        }
+    }
+}

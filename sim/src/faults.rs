@@ -1,0 +1,293 @@
+//! Which faults a run may inject, and the classes of fault and protocol path a run
+//! exercised (counted, so a summary shows that every class was really reached).
+
+use std::str::FromStr;
+
+use crate::tally::{Class, Tally, UnknownName, parse_name};
+
+/// A kind of fault that can be switched on or off for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// Store requests lost before they are applied, replies lost after, replies delayed
+    /// past the caller's command timeout.
+    Network,
+    /// Windows in which the store refuses every command.
+    Outage,
+    /// Holders that crash in the middle of their action.
+    Crash,
+    /// Holders that pause (GC, stopped VM) for longer than their lease.
+    Pause,
+    /// Actions slower than the lease, kept alive by renewals.
+    Slow,
+    /// Actions that fail (the provider times out without charging).
+    Failure,
+    /// Requests that reuse a key with another amount (another fingerprint).
+    KeyReuse,
+    /// Clients that retry after the record's retention has run out.
+    Retention,
+    /// Clients that time out and retry with the same key while the first try still runs.
+    Retries,
+    /// Callers whose clocks are skewed from each other and from the store's.
+    Skew,
+}
+
+impl FaultKind {
+    /// Every kind, in the order the flags are listed.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::Network,
+        FaultKind::Outage,
+        FaultKind::Crash,
+        FaultKind::Pause,
+        FaultKind::Slow,
+        FaultKind::Failure,
+        FaultKind::KeyReuse,
+        FaultKind::Retention,
+        FaultKind::Retries,
+        FaultKind::Skew,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Network => "network",
+            FaultKind::Outage => "outage",
+            FaultKind::Crash => "crash",
+            FaultKind::Pause => "pause",
+            FaultKind::Slow => "slow",
+            FaultKind::Failure => "failure",
+            FaultKind::KeyReuse => "key-reuse",
+            FaultKind::Retention => "retention",
+            FaultKind::Retries => "retries",
+            FaultKind::Skew => "skew",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl Class for FaultKind {
+    const ALL: &'static [Self] = &FaultKind::ALL;
+    const KIND: &'static str = "fault";
+    fn name(self) -> &'static str {
+        FaultKind::name(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl FromStr for FaultKind {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_name(s)
+    }
+}
+
+/// The set of fault kinds switched on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Faults(u16);
+
+impl Faults {
+    /// Every fault on: the default for exploring.
+    pub fn all() -> Self {
+        Self(
+            FaultKind::ALL
+                .iter()
+                .fold(0, |bits, kind| bits | kind.bit()),
+        )
+    }
+
+    /// No fault: many callers and network delay only.
+    pub fn none() -> Self {
+        Self(0)
+    }
+
+    /// Whether `kind` is on.
+    pub fn has(self, kind: FaultKind) -> bool {
+        self.0 & kind.bit() != 0
+    }
+
+    /// The set with `kind` on.
+    #[must_use]
+    pub fn with(self, kind: FaultKind) -> Self {
+        Self(self.0 | kind.bit())
+    }
+
+    /// The set with `kind` off.
+    #[must_use]
+    pub fn without(self, kind: FaultKind) -> Self {
+        Self(self.0 & !kind.bit())
+    }
+
+    /// Parses a comma-separated list of fault names (`all` and `none` also accepted).
+    pub fn parse_list(list: &str) -> Result<Self, UnknownName> {
+        let mut faults = Faults::none();
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            faults = match name {
+                "all" => Faults::all(),
+                "none" => Faults::none(),
+                other => faults.with(other.parse()?),
+            };
+        }
+        Ok(faults)
+    }
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self::all()
+    }
+}
+
+/// A class of fault or protocol path that a run reached. The summary counts each, and a
+/// test asserts that a modest exploration reaches every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Exercised {
+    /// A client timed out and retried with the same key while its first try still ran.
+    ClientRetry,
+    /// A client retried after its record's retention had run out.
+    LateRetry,
+    /// A store request was lost before the store applied it.
+    RequestLost,
+    /// A store reply was lost after the store applied the command.
+    ReplyLost,
+    /// A store reply arrived after the caller had given up on it.
+    ReplyLate,
+    /// The store refused a command during an outage.
+    StoreDown,
+    /// A holder crashed before its action had its effect.
+    CrashBeforeEffect,
+    /// A holder crashed after its action had its effect, before recording it.
+    CrashAfterEffect,
+    /// A holder paused for longer than its lease.
+    PausePastLease,
+    /// An action ran longer than its lease (renewals kept it).
+    SlowAction,
+    /// An action failed and its reservation was released.
+    ActionFailed,
+    /// A reserve met a record of another fingerprint (`KeyReuse`).
+    KeyReuse,
+    /// An action ran unprotected because the store was unreachable (fail-open).
+    FailOpen,
+    /// A caller got `StoreUnavailable` and ran nothing (fail-closed).
+    FailClosed,
+    /// A reserve met an identical request in flight.
+    InFlight,
+    /// A caller was answered `InProgress`.
+    InProgress,
+    /// A reserve took over the expired reservation of another owner.
+    LeaseTakeover,
+    /// A complete was recorded after its lease had run out (`AfterLeaseExpiry`).
+    LateComplete,
+    /// A complete, renew or release was refused (`NotOwner`, `LeaseLost`).
+    Refused,
+    /// A complete whose reply was lost was retried and recognised (`Repeated`).
+    RepeatedComplete,
+    /// A request was answered with the recorded result.
+    Replay,
+    /// A complete failed every retry (`Recording::Unknown`).
+    CompleteUnknown,
+    /// A reserve met a completed record whose retention had run out.
+    RetentionExpired,
+    /// An action's result could not be recorded; the key was completed without a body.
+    Unrecordable,
+    /// A waiter was woken by the store's notice that the record changed.
+    ChangeNotice,
+}
+
+impl Exercised {
+    /// Every class, in the order the summary prints them.
+    pub const ALL: [Exercised; 25] = [
+        Exercised::ClientRetry,
+        Exercised::LateRetry,
+        Exercised::RequestLost,
+        Exercised::ReplyLost,
+        Exercised::ReplyLate,
+        Exercised::StoreDown,
+        Exercised::CrashBeforeEffect,
+        Exercised::CrashAfterEffect,
+        Exercised::PausePastLease,
+        Exercised::SlowAction,
+        Exercised::ActionFailed,
+        Exercised::KeyReuse,
+        Exercised::FailOpen,
+        Exercised::FailClosed,
+        Exercised::InFlight,
+        Exercised::InProgress,
+        Exercised::LeaseTakeover,
+        Exercised::LateComplete,
+        Exercised::Refused,
+        Exercised::RepeatedComplete,
+        Exercised::Replay,
+        Exercised::CompleteUnknown,
+        Exercised::RetentionExpired,
+        Exercised::Unrecordable,
+        Exercised::ChangeNotice,
+    ];
+
+    /// The class's name in summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exercised::ClientRetry => "client-retry",
+            Exercised::LateRetry => "late-retry",
+            Exercised::RequestLost => "request-lost",
+            Exercised::ReplyLost => "reply-lost",
+            Exercised::ReplyLate => "reply-late",
+            Exercised::StoreDown => "store-down",
+            Exercised::CrashBeforeEffect => "crash-before-effect",
+            Exercised::CrashAfterEffect => "crash-after-effect",
+            Exercised::PausePastLease => "pause-past-lease",
+            Exercised::SlowAction => "slow-action",
+            Exercised::ActionFailed => "action-failed",
+            Exercised::KeyReuse => "key-reuse",
+            Exercised::FailOpen => "fail-open",
+            Exercised::FailClosed => "fail-closed",
+            Exercised::InFlight => "in-flight",
+            Exercised::InProgress => "in-progress",
+            Exercised::LeaseTakeover => "lease-takeover",
+            Exercised::LateComplete => "late-complete",
+            Exercised::Refused => "refused",
+            Exercised::RepeatedComplete => "repeated-complete",
+            Exercised::Replay => "replay",
+            Exercised::CompleteUnknown => "complete-unknown",
+            Exercised::RetentionExpired => "retention-expired",
+            Exercised::Unrecordable => "unrecordable-result",
+            Exercised::ChangeNotice => "change-notice",
+        }
+    }
+}
+
+impl Class for Exercised {
+    const ALL: &'static [Self] = &Exercised::ALL;
+    const KIND: &'static str = "fault class";
+    fn name(self) -> &'static str {
+        Exercised::name(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How many times each [`Exercised`] class was reached.
+pub type ExercisedCounts = Tally<Exercised>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_lists_parse_and_refuse_unknown_names() {
+        let faults = Faults::parse_list("network,pause").unwrap();
+        assert!(faults.has(FaultKind::Network) && faults.has(FaultKind::Pause));
+        assert!(!faults.has(FaultKind::Crash));
+        assert_eq!(Faults::parse_list("all").unwrap(), Faults::all());
+        assert_eq!(Faults::parse_list("none").unwrap(), Faults::none());
+        let err = Faults::parse_list("network,gremlins").unwrap_err();
+        assert_eq!(err.given, "gremlins");
+        assert!(err.to_string().contains("key-reuse"));
+        assert!(!Faults::all().without(FaultKind::Skew).has(FaultKind::Skew));
+    }
+}

@@ -1,0 +1,339 @@
+//! What one run will do: the callers, their requests, their actions, the network and the
+//! store's outages. Drawn from a seed for exploring, written by hand for the table.
+
+use std::fmt;
+use std::time::Duration;
+
+use idem_core::{
+    Fingerprint, InFlightPolicy, Key, Operation, Options, OptionsError, StoreFailurePolicy,
+};
+
+use crate::faults::{FaultKind, Faults};
+use crate::rng::SimRng;
+
+/// The store's clock starts this far ahead of simulated time, so a protocol that mixed the
+/// caller's clock with the store's would be caught by the checks rather than hidden by two
+/// clocks that happen to agree.
+const STORE_EPOCH_MIN: u64 = 1_000_000;
+/// Callers' clocks start near this offset; skew moves each one by up to
+/// [`Plan::random`]'s skew either way.
+pub(crate) const CALLER_EPOCH: u64 = 10_000_000;
+
+/// One scope of keys: an operation and the keys requests use under it.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    /// The operation.
+    pub operation: Operation,
+    /// The key.
+    pub key: Key,
+}
+
+/// One action as the provider will carry it out, relative to its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionPlan {
+    /// How long the provider takes, in ms.
+    pub duration: u64,
+    /// Whether the provider fails (times out without charging).
+    pub fails: bool,
+    /// Whether the charge succeeds but its result cannot be encoded for the store
+    /// (`ActionResult::Unrecordable`: recorded without a body).
+    pub unrecordable: bool,
+    /// When, after the start, the charge is made (ignored for a failing action).
+    pub effect_at: u64,
+    /// When, after the start, the holder crashes, if it does.
+    pub crash_at: Option<u64>,
+    /// When, after the start, the holder pauses, and for how long.
+    pub pause: Option<(u64, u64)>,
+}
+
+impl ActionPlan {
+    /// A provider call that takes `duration` ms and charges at its end.
+    pub fn charge(duration: u64) -> Self {
+        Self {
+            duration,
+            fails: false,
+            unrecordable: false,
+            effect_at: duration.saturating_sub(1),
+            crash_at: None,
+            pause: None,
+        }
+    }
+
+    /// A provider call that takes `duration` ms and fails without charging.
+    pub fn failing(duration: u64) -> Self {
+        Self {
+            fails: true,
+            ..Self::charge(duration)
+        }
+    }
+}
+
+/// One client: a request it sends, retries, and perhaps sends again much later.
+#[derive(Debug, Clone)]
+pub struct ClientPlan {
+    /// When it first sends, in simulated ms.
+    pub start: u64,
+    /// Which [`Slot`] its request uses.
+    pub slot: usize,
+    /// The amount charged (the fingerprint's field besides the key).
+    pub amount: u32,
+    /// The request's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The options its attempts run with.
+    pub options: Options,
+    /// After how long without an answer it retries with the same key (`None`: it waits).
+    pub timeout: Option<u64>,
+    /// After an answer worth retrying (failure, in progress, unavailable), how long it waits.
+    pub retry_delay: u64,
+    /// The most tries, retries included (the late retry is extra).
+    pub max_tries: u32,
+    /// A retry long after a success, by this many ms (the batch job rerun).
+    pub late_retry: Option<u64>,
+    /// The caller's clock, in ms ahead of simulated time.
+    pub clock_offset: u64,
+    /// The action of each try, in order; tries past the end reuse the last.
+    pub actions: Vec<ActionPlan>,
+}
+
+/// The network between callers and the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkPlan {
+    /// Fastest one-way delay, ms.
+    pub min_delay: u64,
+    /// Slowest ordinary one-way delay, ms.
+    pub max_delay: u64,
+    /// Chance (per mille) that a request is lost before the store applies it.
+    pub request_lost: u64,
+    /// Chance (per mille) that a reply is lost after the store applied the command.
+    pub reply_lost: u64,
+    /// Chance (per mille) that a reply is delayed past the command timeout.
+    pub reply_late: u64,
+    /// How long a caller waits for a store reply before treating the command as failed
+    /// (outcome unknown), ms.
+    pub command_timeout: u64,
+}
+
+impl NetworkPlan {
+    /// No loss, a fixed delay.
+    pub fn reliable(delay: u64) -> Self {
+        Self {
+            min_delay: delay,
+            max_delay: delay,
+            request_lost: 0,
+            reply_lost: 0,
+            reply_late: 0,
+            command_timeout: 100,
+        }
+    }
+
+    /// The longest a message may take, late replies included.
+    pub fn longest_delay(&self) -> u64 {
+        self.max_delay.max(self.command_timeout * 15)
+    }
+}
+
+/// Everything one run will do.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The keys in play.
+    pub slots: Vec<Slot>,
+    /// The clients.
+    pub clients: Vec<ClientPlan>,
+    /// The network.
+    pub network: NetworkPlan,
+    /// Windows `[start, end)` of simulated ms in which the store refuses every command.
+    pub outages: Vec<(u64, u64)>,
+    /// The store's clock, in ms ahead of simulated time.
+    pub store_offset: u64,
+    /// Whether the store notifies other callers of the key when its record is completed,
+    /// released or deleted (a waiter then reserves again at once).
+    pub notices: bool,
+}
+
+/// A plan could not be drawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// The options drawn were refused (a bug in the plan's ranges).
+    Options(OptionsError),
+    /// No key could be built (a bug in the plan's key names).
+    NoKeys,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanError::Options(err) => write!(f, "the plan drew refused options: {err}"),
+            PlanError::NoKeys => f.write_str("the plan built no valid key"),
+        }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// How big a random run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Clients per run.
+    pub callers: u32,
+    /// Keys per operation (two operations share the key names).
+    pub keys: u32,
+    /// Which faults are on.
+    pub faults: Faults,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self {
+            callers: 8,
+            keys: 3,
+            faults: Faults::all(),
+        }
+    }
+}
+
+impl Plan {
+    /// A random plan of `shape`, drawn from `rng`.
+    pub fn random(rng: &mut SimRng, shape: Shape) -> Result<Plan, PlanError> {
+        let faults = shape.faults;
+        let on = |kind| faults.has(kind);
+        let keys = shape.keys.max(1) as usize;
+        let operations = [
+            Operation::new("payment.charge"),
+            Operation::new("order.cancel"),
+        ];
+        let mut slots = Vec::with_capacity(2 * keys);
+        for operation in operations.iter().flatten() {
+            for k in 0..keys {
+                // Keys at the edges of what is accepted: the longest, and every visible
+                // ASCII boundary character; what is stored is byte for byte what is sent.
+                // The first two share their first 254 characters, so a store that shortens
+                // keys would mix them up.
+                let key = match k {
+                    0 => Key::new("~".repeat(255)),
+                    1 => Key::new(format!("{}!", "~".repeat(254))),
+                    _ => Key::new(format!("!order-{k}~")),
+                };
+                if let Ok(key) = key {
+                    slots.push(Slot {
+                        operation: operation.clone(),
+                        key,
+                    });
+                }
+            }
+        }
+        if slots.is_empty() {
+            return Err(PlanError::NoKeys);
+        }
+        let mut fingerprints = Vec::with_capacity(slots.len() * 2);
+        for (i, slot) in slots.iter().enumerate() {
+            for extra in 0..2u32 {
+                let amount = 100 + i as u32 + extra;
+                let text = format!("{}|{}|{amount}", slot.operation.as_str(), slot.key.as_str());
+                fingerprints.push((amount, Fingerprint::of_bytes(text.as_bytes())));
+            }
+        }
+
+        let network = if on(FaultKind::Network) {
+            NetworkPlan {
+                min_delay: 1,
+                max_delay: 20,
+                request_lost: 30,
+                reply_lost: 30,
+                reply_late: 20,
+                command_timeout: 100,
+            }
+        } else {
+            NetworkPlan {
+                min_delay: 1,
+                max_delay: 20,
+                ..NetworkPlan::reliable(1)
+            }
+        };
+        let mut outages = Vec::new();
+        if on(FaultKind::Outage) {
+            for _ in 0..rng.below(3) {
+                let start = rng.below(3_000);
+                outages.push((start, start + rng.between(50, 2_500)));
+            }
+        }
+        let skew = if on(FaultKind::Skew) { 3_000 } else { 0 };
+
+        let mut clients = Vec::with_capacity(shape.callers as usize);
+        for _ in 0..shape.callers {
+            let slot = rng.below(slots.len() as u64) as usize;
+            let reuse = on(FaultKind::KeyReuse) && rng.chance(100);
+            let (amount, fingerprint) = fingerprints[slot * 2 + usize::from(reuse)];
+            let lease = 1_000 * rng.between(1, 3);
+            let options = Options::builder()
+                .in_flight(if rng.chance(200) {
+                    InFlightPolicy::Raise
+                } else {
+                    InFlightPolicy::Wait
+                })
+                .on_store_failure(if rng.chance(300) {
+                    StoreFailurePolicy::FailClosed
+                } else {
+                    StoreFailurePolicy::FailOpen
+                })
+                .lease(Duration::from_millis(lease))
+                .retention(Duration::from_secs(60))
+                .wait_deadline(Duration::from_millis(rng.between(1_000, 6_000)))
+                .backoff_initial(Duration::from_millis(10))
+                .backoff_max(Duration::from_millis(200))
+                .store_retries(rng.below(4) as u32)
+                .build()
+                .map_err(PlanError::Options)?;
+            let retries = on(FaultKind::Retries);
+            let max_tries = if retries { rng.between(1, 4) as u32 } else { 1 };
+            let mut actions = Vec::with_capacity(max_tries as usize + 1);
+            for _ in 0..=max_tries {
+                actions.push(random_action(rng, faults, lease));
+            }
+            clients.push(ClientPlan {
+                start: rng.below(1_500),
+                slot,
+                amount,
+                fingerprint,
+                options,
+                timeout: retries.then(|| rng.between(100, 4_000)),
+                retry_delay: rng.between(10, 300),
+                max_tries,
+                late_retry: (on(FaultKind::Retention) && rng.chance(150))
+                    .then(|| rng.between(61_000, 120_000)),
+                clock_offset: CALLER_EPOCH + rng.between(0, 2 * skew) - skew,
+                actions,
+            });
+        }
+        Ok(Plan {
+            slots,
+            clients,
+            network,
+            outages,
+            store_offset: STORE_EPOCH_MIN + rng.below(1_000_000),
+            notices: rng.chance(500),
+        })
+    }
+}
+
+fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
+    let on = |kind| faults.has(kind);
+    let duration = if on(FaultKind::Slow) && rng.chance(200) {
+        rng.between(lease + 1, lease * 3)
+    } else {
+        rng.between(5, 400)
+    };
+    let fails = on(FaultKind::Failure) && rng.chance(100);
+    let unrecordable = on(FaultKind::Failure) && rng.chance(20);
+    let effect_at = rng.below(duration);
+    let crash_at = (on(FaultKind::Crash) && rng.chance(70)).then(|| rng.below(duration));
+    let pause = (on(FaultKind::Pause) && rng.chance(80))
+        .then(|| (rng.below(duration), lease + rng.between(200, 2_000)));
+    ActionPlan {
+        duration,
+        fails,
+        unrecordable,
+        effect_at,
+        crash_at,
+        pause,
+    }
+}

@@ -1,0 +1,350 @@
+//! DELIBERATELY BROKEN store behaviours, for checking the checker.
+//!
+//! Nothing here is how idem works. Each [`Variant`] other than [`Variant::Correct`] is a
+//! bug that real idempotency libraries have shipped (see `NOTES.md`, "What the peers get
+//! wrong"); the simulation runs its store with one of them so that the tests in
+//! `sim/tests/` (and `idem-sim explore --variant X`) can show that the invariant checks
+//! catch it. A checker that never fails checks nothing.
+//!
+//! The correct store is `idem_core::record::apply` itself; every broken variant is a thin
+//! wrapper that changes one decision and otherwise defers to it.
+
+use std::str::FromStr;
+
+use idem_core::record::{self, Transition, Write};
+use idem_core::{
+    Body, Command, Completion, Fingerprint, OwnerToken, Record, Reply, Reservation, Timestamp,
+};
+
+use crate::tally::{Class, UnknownName, parse_name};
+
+/// How long [`Variant::CachedFailure`] keeps a failure (a release carries no retention).
+const CACHED_FAILURE_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Which store behaviour a run uses: the real record machine, or one deliberately broken
+/// variant of it (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Variant {
+    /// `idem_core::record::apply`, unchanged.
+    #[default]
+    Correct,
+    /// BROKEN: a result cache. Reserve never claims the key (it grants every caller that
+    /// finds no result), complete stores the first result and keeps it, and the service
+    /// answers with whatever result is stored. Charges twice when a retry arrives while
+    /// the first attempt runs.
+    ResultCache,
+    /// BROKEN: complete without the owner check. A stale holder overwrites the record of
+    /// the holder that took over (`I2`, `I3`).
+    CompleteWithoutOwnerCheck,
+    /// BROKEN: release without the owner check. A stale holder whose action failed deletes
+    /// the live record of another holder (`I2`).
+    ReleaseWithoutOwnerCheck,
+    /// BROKEN: renew without the owner check. A stale holder extends (or, on a completed
+    /// record, shortens) another holder's record, and believes it still holds the key
+    /// (`I2`, `I3`).
+    RenewWithoutOwnerCheck,
+    /// BROKEN: expiry judged by the caller's clock instead of the store's. A caller whose
+    /// clock runs ahead takes over a live reservation (`I1`); one whose clock runs behind
+    /// is answered from an expired record (`I9`).
+    CallerClockExpiry,
+    /// BROKEN: failures are cached. A release records the failure as the key's result, so
+    /// every retry replays the error instead of running the action (`I5`, `I8`).
+    CachedFailure,
+    /// BROKEN: the record is looked up by key alone. A request with another fingerprint
+    /// waits for, or is answered with, another request's result (`I4`, `I8`).
+    KeyOnlyLookup,
+    /// BROKEN: a late complete is answered as if in time. The holder whose lease ran out
+    /// never learns that another caller may have run the action too (`I7`).
+    LateCompleteInTime,
+    /// BROKEN: a pending marker without a lease (the article's warning). A holder that
+    /// crashes mid-action blocks its key for good (`I6`).
+    PendingWithoutLease,
+    /// BROKEN: reserve does not recognise the holder's own token. A holder whose reserve
+    /// reply was lost retries and is told its own reservation is in flight (`I11`).
+    ReserveForgetsOwner,
+    /// BROKEN: keys are shortened to [`TRUNCATED_KEY_LEN`] characters when stored, as
+    /// libraries that trim or cap keys do. Two requests with different keys share one
+    /// record (`I12`), and one is answered with the other's result (`I4`, `I8`).
+    TruncatedKeys,
+}
+
+/// How many characters of a key [`Variant::TruncatedKeys`] keeps.
+pub const TRUNCATED_KEY_LEN: usize = 250;
+
+impl Variant {
+    /// Every variant, the correct one first.
+    pub const ALL: [Variant; 12] = [
+        Variant::Correct,
+        Variant::ResultCache,
+        Variant::CompleteWithoutOwnerCheck,
+        Variant::ReleaseWithoutOwnerCheck,
+        Variant::RenewWithoutOwnerCheck,
+        Variant::CallerClockExpiry,
+        Variant::CachedFailure,
+        Variant::KeyOnlyLookup,
+        Variant::LateCompleteInTime,
+        Variant::PendingWithoutLease,
+        Variant::ReserveForgetsOwner,
+        Variant::TruncatedKeys,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Correct => "correct",
+            Variant::ResultCache => "result-cache",
+            Variant::CompleteWithoutOwnerCheck => "complete-without-owner-check",
+            Variant::ReleaseWithoutOwnerCheck => "release-without-owner-check",
+            Variant::RenewWithoutOwnerCheck => "renew-without-owner-check",
+            Variant::CallerClockExpiry => "caller-clock-expiry",
+            Variant::CachedFailure => "cached-failure",
+            Variant::KeyOnlyLookup => "key-only-lookup",
+            Variant::LateCompleteInTime => "late-complete-in-time",
+            Variant::PendingWithoutLease => "pending-without-lease",
+            Variant::ReserveForgetsOwner => "reserve-forgets-owner",
+            Variant::TruncatedKeys => "truncated-keys",
+        }
+    }
+
+    /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).
+    pub fn judges_by_caller_clock(self) -> bool {
+        self == Variant::CallerClockExpiry
+    }
+
+    /// The key the store files a record under, for the caller's `key`: the key itself,
+    /// byte for byte, except in [`Variant::TruncatedKeys`].
+    pub fn stored_key(self, key: &str) -> &str {
+        match self {
+            Variant::TruncatedKeys => key.get(..TRUNCATED_KEY_LEN).unwrap_or(key),
+            _ => key,
+        }
+    }
+
+    /// Whether the service answers an executed request with the stored result rather than
+    /// its own (the result cache returns the winner of the write race).
+    pub fn answers_from_store(self) -> bool {
+        self == Variant::ResultCache
+    }
+
+    /// One step of this variant's store: for [`Variant::Correct`] exactly
+    /// `record::apply(stored, command, now)`.
+    pub fn apply(self, stored: Option<&Record>, command: Command, now: Timestamp) -> Transition {
+        let live = stored.filter(|record| !record.is_expired(now));
+        match (self, command) {
+            (Variant::ResultCache, command) => result_cache(live, command, now)
+                .unwrap_or_else(|command| record::apply(stored, command, now)),
+            (
+                Variant::CompleteWithoutOwnerCheck,
+                Command::Complete {
+                    owner,
+                    fingerprint,
+                    body,
+                    retention,
+                },
+            ) if live.is_some_and(|record| record.owner() != owner) => {
+                record_result(owner, fingerprint, body, retention, now)
+            }
+            (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner })
+                if live.is_some_and(|record| record.owner() != owner) =>
+            {
+                Transition {
+                    reply: Reply::Released,
+                    write: Write::Delete,
+                }
+            }
+            (Variant::RenewWithoutOwnerCheck, Command::Renew { owner, lease })
+                if live.is_some_and(|record| record.owner() != owner) =>
+            {
+                let lease_until = now.saturating_add(lease);
+                let extended = match live {
+                    Some(Record::Pending {
+                        owner: holder,
+                        fingerprint,
+                        ..
+                    }) => Record::Pending {
+                        owner: *holder,
+                        fingerprint: *fingerprint,
+                        lease_until,
+                    },
+                    Some(Record::Completed {
+                        owner: holder,
+                        fingerprint,
+                        body,
+                        ..
+                    }) => Record::Completed {
+                        owner: *holder,
+                        fingerprint: *fingerprint,
+                        body: body.clone(),
+                        expires_at: lease_until,
+                    },
+                    None => return record::apply(stored, Command::Renew { owner, lease }, now),
+                };
+                Transition {
+                    reply: Reply::Renewed(Reservation { owner, lease_until }),
+                    write: Write::Put(extended),
+                }
+            }
+            (Variant::CachedFailure, Command::Release { owner }) => match live {
+                Some(Record::Pending {
+                    owner: holder,
+                    fingerprint,
+                    ..
+                }) if *holder == owner => Transition {
+                    reply: Reply::Released,
+                    write: Write::Put(Record::Completed {
+                        owner,
+                        fingerprint: *fingerprint,
+                        body: Some(Body::new("error: provider timed out")),
+                        expires_at: now.saturating_add(CACHED_FAILURE_RETENTION),
+                    }),
+                },
+                _ => record::apply(stored, Command::Release { owner }, now),
+            },
+            (
+                Variant::KeyOnlyLookup,
+                Command::Reserve {
+                    owner,
+                    fingerprint,
+                    lease,
+                },
+            ) => {
+                // Look the key up as if the stored request were this one.
+                let fingerprint = live.map_or(fingerprint, Record::fingerprint);
+                record::apply(
+                    stored,
+                    Command::Reserve {
+                        owner,
+                        fingerprint,
+                        lease,
+                    },
+                    now,
+                )
+            }
+            (Variant::LateCompleteInTime, command @ Command::Complete { .. }) => {
+                let mut transition = record::apply(stored, command, now);
+                if transition.reply == Reply::Completed(Completion::AfterLeaseExpiry) {
+                    transition.reply = Reply::Completed(Completion::InTime);
+                }
+                transition
+            }
+            (
+                Variant::PendingWithoutLease,
+                command @ (Command::Reserve { .. } | Command::Renew { .. }),
+            ) => {
+                let mut transition = record::apply(stored, command, now);
+                if let Write::Put(Record::Pending { lease_until, .. }) = &mut transition.write {
+                    *lease_until = Timestamp::from_millis(u64::MAX);
+                }
+                transition
+            }
+            (Variant::ReserveForgetsOwner, command @ Command::Reserve { owner, .. }) => {
+                match live {
+                    Some(Record::Pending {
+                        owner: holder,
+                        lease_until,
+                        ..
+                    }) if *holder == owner => Transition {
+                        reply: Reply::InFlight {
+                            lease_until: *lease_until,
+                        },
+                        write: Write::Unchanged,
+                    },
+                    _ => record::apply(stored, command, now),
+                }
+            }
+            (_, command) => record::apply(stored, command, now),
+        }
+    }
+}
+
+/// An unconditional write of a result, answered as if it were in time: what a store does
+/// when it does not check who holds the key.
+fn record_result(
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    body: Option<Body>,
+    retention: std::time::Duration,
+    now: Timestamp,
+) -> Transition {
+    Transition {
+        reply: Reply::Completed(Completion::InTime),
+        write: Write::Put(Record::Completed {
+            owner,
+            fingerprint,
+            body,
+            expires_at: now.saturating_add(retention),
+        }),
+    }
+}
+
+/// The result cache's store: `Ok` with its own transition, or `Err` with the command
+/// handed back when it behaves like the record machine (reads).
+fn result_cache(
+    live: Option<&Record>,
+    command: Command,
+    now: Timestamp,
+) -> Result<Transition, Command> {
+    let unchanged = |reply| Transition {
+        reply,
+        write: Write::Unchanged,
+    };
+    Ok(match command {
+        Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } => match live {
+            Some(Record::Completed {
+                fingerprint: stored,
+                body,
+                ..
+            }) => {
+                if *stored == fingerprint {
+                    unchanged(Reply::Replay { body: body.clone() })
+                } else {
+                    unchanged(Reply::KeyReuse { stored: *stored })
+                }
+            }
+            // No result yet: go ahead, nothing is claimed.
+            _ => unchanged(Reply::Reserved(Reservation {
+                owner,
+                lease_until: now.saturating_add(lease),
+            })),
+        },
+        Command::Complete {
+            owner,
+            fingerprint,
+            body,
+            retention,
+        } => match live {
+            // First writer wins; the loser's result is dropped.
+            Some(Record::Completed { .. }) => unchanged(Reply::Completed(Completion::Repeated)),
+            _ => record_result(owner, fingerprint, body, retention, now),
+        },
+        Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {
+            owner,
+            lease_until: now.saturating_add(lease),
+        })),
+        Command::Release { .. } => unchanged(Reply::Released),
+        Command::Read => return Err(Command::Read),
+    })
+}
+
+impl Class for Variant {
+    const ALL: &'static [Self] = &Variant::ALL;
+    const KIND: &'static str = "variant";
+    fn name(self) -> &'static str {
+        Variant::name(self)
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl FromStr for Variant {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_name(s)
+    }
+}

@@ -1,0 +1,129 @@
+//! The correct store under every fault: no violation, every fault class and every cause
+//! of an extra effect reached, so "violations: 0" means something.
+
+use idem_sim::{Cause, Config, Exercised, FaultKind, Faults, Shape, explore};
+
+#[test]
+fn every_fault_class_is_exercised_and_no_check_fails() {
+    let mut seen = 0;
+    let summary = explore(0, 1_500, &Config::default(), |_| seen += 1).unwrap();
+    assert_eq!(seen, 1_500);
+    assert_eq!(summary.runs, 1_500);
+    assert!(
+        summary.failing_seeds.is_empty(),
+        "{summary}\nfailing seeds: {:?}",
+        summary.failing_seeds
+    );
+    assert_eq!(
+        summary.exercised.missing(),
+        Vec::<Exercised>::new(),
+        "{summary}"
+    );
+    for cause in Cause::ALL {
+        assert!(
+            summary.extra.get(cause) > 0,
+            "no extra effect by {cause:?}\n{summary}"
+        );
+    }
+    assert!(summary.effects > summary.runs, "{summary}");
+    assert!(summary.requests > summary.effects, "{summary}");
+    let text = summary.to_string();
+    assert!(text.ends_with("violations: 0"), "{text}");
+    assert!(text.contains("runs: 1500"), "{text}");
+    assert!(text.contains("exercised: 25 of 25"), "{text}");
+}
+
+#[test]
+fn faults_that_are_off_are_never_injected() {
+    let shape = Shape {
+        faults: Faults::none(),
+        ..Shape::default()
+    };
+    let summary = explore(
+        0,
+        300,
+        &Config {
+            shape,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    for class in [
+        Exercised::RequestLost,
+        Exercised::ReplyLost,
+        Exercised::StoreDown,
+        Exercised::CrashAfterEffect,
+        Exercised::PausePastLease,
+        Exercised::ActionFailed,
+        Exercised::KeyReuse,
+        Exercised::LateRetry,
+        Exercised::ClientRetry,
+        Exercised::FailOpen,
+    ] {
+        assert_eq!(
+            summary.exercised.get(class),
+            0,
+            "{class:?} without its fault"
+        );
+    }
+    // Without faults, concurrent callers still meet in flight and replay: one effect per
+    // key, no extra effect at all.
+    assert!(summary.exercised.get(Exercised::InFlight) > 0);
+    assert!(summary.exercised.get(Exercised::Replay) > 0);
+    assert_eq!(summary.extra.total(), 0, "{summary}");
+
+    let only_pauses = Shape {
+        faults: Faults::none().with(FaultKind::Pause),
+        ..Shape::default()
+    };
+    let summary = explore(
+        0,
+        300,
+        &Config {
+            shape: only_pauses,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(summary.exercised.get(Exercised::PausePastLease) > 0);
+    assert!(summary.extra.get(Cause::LeaseExpired) > 0, "{summary}");
+    assert_eq!(summary.extra.get(Cause::FailOpen), 0, "{summary}");
+}
+
+#[test]
+fn heavy_contention_on_one_key_holds_every_check() {
+    let shape = Shape {
+        callers: 24,
+        keys: 1,
+        faults: Faults::all(),
+    };
+    let summary = explore(
+        0,
+        200,
+        &Config {
+            shape,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(
+        summary.exercised.get(Exercised::LeaseTakeover) > 0,
+        "{summary}"
+    );
+    assert!(
+        summary.exercised.get(Exercised::ChangeNotice) > 0,
+        "{summary}"
+    );
+    // One key name under two operations: two records per run, so every charge beyond two
+    // per run is an extra one with a cause.
+    assert!(
+        summary.effects - summary.extra.total() <= 2 * summary.runs,
+        "{summary}"
+    );
+}

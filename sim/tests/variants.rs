@@ -1,0 +1,156 @@
+//! Checking the checker: each deliberately broken store (`idem_sim::variant`) is caught by
+//! the check written for the bug it has, over a modest number of seeds.
+
+use idem_sim::{Check, Config, FaultKind, Faults, Shape, Summary, Variant, explore};
+
+fn explore_variant(variant: Variant, seeds: u64) -> Summary {
+    let config = Config {
+        variant,
+        ..Config::default()
+    };
+    explore(0, seeds, &config, |_| {}).unwrap()
+}
+
+fn caught_by(summary: &Summary, check: Check) -> u64 {
+    summary
+        .by_check
+        .iter()
+        .find(|(c, _)| *c == check)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[test]
+fn the_result_cache_charges_twice_without_a_cause() {
+    let summary = explore_variant(Variant::ResultCache, 300);
+    assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+    // It never reserves, so a holder's view of its lease is never backed by the store.
+    assert!(caught_by(&summary, Check::HeldLeaseIsLive) > 0, "{summary}");
+    assert!(!summary.failing_seeds.is_empty());
+    assert!(summary.to_string().contains("violations: "));
+    assert!(!summary.to_string().ends_with("violations: 0"));
+}
+
+#[test]
+fn complete_without_the_owner_check_is_caught() {
+    let summary = explore_variant(Variant::CompleteWithoutOwnerCheck, 300);
+    assert!(caught_by(&summary, Check::OwnerOnly) > 0, "{summary}");
+    assert!(
+        caught_by(&summary, Check::CompletedUnchanged) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn release_without_the_owner_check_is_caught() {
+    let summary = explore_variant(Variant::ReleaseWithoutOwnerCheck, 600);
+    assert!(caught_by(&summary, Check::OwnerOnly) > 0, "{summary}");
+}
+
+#[test]
+fn renew_without_the_owner_check_is_caught() {
+    let summary = explore_variant(Variant::RenewWithoutOwnerCheck, 2_000);
+    assert!(caught_by(&summary, Check::OwnerOnly) > 0, "{summary}");
+    // A stale holder's renewal can cut the live holder's longer lease short.
+    assert!(
+        caught_by(&summary, Check::LeaseNeverShrinks) > 0,
+        "{summary}"
+    );
+    // Renewing another's completed record moves its expiry.
+    assert!(
+        caught_by(&summary, Check::CompletedUnchanged) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn expiry_judged_by_a_skewed_caller_clock_is_caught() {
+    let summary = explore_variant(Variant::CallerClockExpiry, 300);
+    // A caller whose clock runs ahead takes over a live reservation; one whose clock runs
+    // behind is answered from an expired record.
+    assert!(caught_by(&summary, Check::OneLiveHolder) > 0, "{summary}");
+    assert!(caught_by(&summary, Check::ExpiredIsAbsent) > 0, "{summary}");
+    // With every clock in agreement the same store is correct: the bug is the skew.
+    let config = Config {
+        variant: Variant::CallerClockExpiry,
+        shape: Shape {
+            faults: Faults::all().without(FaultKind::Skew),
+            ..Shape::default()
+        },
+    };
+    let unskewed = explore(0, 300, &config, |_| {}).unwrap();
+    assert!(unskewed.failing_seeds.is_empty(), "{unskewed}");
+}
+
+#[test]
+fn a_cached_failure_is_caught() {
+    let summary = explore_variant(Variant::CachedFailure, 300);
+    assert!(
+        caught_by(&summary, Check::FailuresNotRecorded) > 0,
+        "{summary}"
+    );
+    assert!(
+        caught_by(&summary, Check::ReplayIsTheResult) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_lookup_by_key_alone_is_caught() {
+    let summary = explore_variant(Variant::KeyOnlyLookup, 300);
+    assert!(caught_by(&summary, Check::KeyReuseRefused) > 0, "{summary}");
+    assert!(
+        caught_by(&summary, Check::ReplayIsTheResult) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_late_complete_answered_as_in_time_is_caught() {
+    let summary = explore_variant(Variant::LateCompleteInTime, 600);
+    assert!(
+        caught_by(&summary, Check::LeaseLossReported) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_pending_marker_without_a_lease_is_caught() {
+    let summary = explore_variant(Variant::PendingWithoutLease, 300);
+    assert!(
+        caught_by(&summary, Check::DeadHolderFreesKey) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_reserve_that_forgets_its_owner_is_caught() {
+    let summary = explore_variant(Variant::ReserveForgetsOwner, 300);
+    assert!(
+        caught_by(&summary, Check::ReserveIdempotent) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn keys_shortened_by_the_store_are_caught() {
+    let summary = explore_variant(Variant::TruncatedKeys, 300);
+    assert!(caught_by(&summary, Check::KeysVerbatim) > 0, "{summary}");
+    // Two keys that share their first 250 characters share a record: one request is
+    // refused for another's.
+    assert!(caught_by(&summary, Check::KeyReuseRefused) > 0, "{summary}");
+}
+
+#[test]
+fn the_correct_store_passes_the_same_seeds() {
+    let summary = explore_variant(Variant::Correct, 600);
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+}
+
+#[test]
+fn variant_names_round_trip_and_unknown_names_are_refused() {
+    for variant in Variant::ALL {
+        assert_eq!(variant.name().parse::<Variant>(), Ok(variant));
+    }
+    let err = "no-such-bug".parse::<Variant>().unwrap_err();
+    assert!(err.to_string().contains("result-cache"), "{err}");
+}
