@@ -5,8 +5,9 @@
 //!
 //! - [`history`]: what happened in one run (store steps, effects on the provider, crashes,
 //!   outcomes), stamped with the store's logical clock, and its readable explanation.
-//! - [`check`]: the pure judge of a history against MODEL.md's invariants (`I1`..`I11`) and
-//!   the effect count they allow (`I7`).
+//! - [`check`]: the pure judge of a history against MODEL.md's invariants (`I1`..`I11`),
+//!   the effect count they allow (`I7`), the truth of each outcome's `lease_lost`, and the
+//!   attempt machine's own view of its lease.
 //! - [`coverage`]: what a set of runs exercised, so a passing test shows it reached the
 //!   paths it claims to check.
 //! - [`variant`]: the store as it is (`record::apply`) and the known bugs of other
@@ -18,6 +19,8 @@
 //! - [`caller`]: one client driving `idem_core::Attempt` exactly as a driver does, with
 //!   crashes, failing actions, slow actions that renew, lost replies and a skewed clock.
 //! - [`scenario`]: a set of callers, keys and clock ticks, run on a platform and judged.
+//! - [`explore`]: a scenario under loom (every schedule up to a preemption bound) or shuttle
+//!   (random and PCT schedules, replayable), with the counterexample handed back.
 
 pub mod caller;
 pub mod check;

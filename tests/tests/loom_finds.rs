@@ -7,7 +7,7 @@ use idem_tests::{Invariant, Scenario, Variant, loom_explore};
 
 const BOUND: usize = 2;
 
-fn finds(variant: Variant, expected: &[Invariant]) {
+fn finds(variant: Variant, expected: &[Invariant]) -> String {
     let scenario = Scenario::exposing(variant).expect("model options are valid");
     let exploration = loom_explore(&scenario, BOUND, None);
     let Some(counterexample) = exploration.counterexample else {
@@ -27,11 +27,15 @@ fn finds(variant: Variant, expected: &[Invariant]) {
             .any(|invariant| counterexample.breaks(*invariant)),
         "{variant:?}: expected one of {expected:?}, got {counterexample}"
     );
+    counterexample.to_string()
 }
 
 #[test]
 fn loom_finds_result_cache_double_charge() {
-    finds(Variant::ResultCache, &[Invariant::I7]);
+    let story = finds(Variant::ResultCache, &[Invariant::I7]);
+    // The explanation shows the card statement's two lines and both callers' outcomes.
+    assert_eq!(story.matches("CHARGED").count(), 2, "{story}");
+    assert_eq!(story.matches("outcome Executed").count(), 2, "{story}");
 }
 
 #[test]
