@@ -190,3 +190,49 @@ fn a_change_notice_wakes_a_waiter_at_once() {
     // With the reserve outstanding, a notice changes nothing.
     assert!(!waiter.handle_record_changed(at(1)));
 }
+
+#[test]
+fn a_complete_refused_after_a_takeover_reports_the_lapse() {
+    let lease = Options::default().lease().as_millis() as u64;
+    let mut store = None;
+    let mut a = attempt(1, 0);
+    run_until(&mut a, &mut store, lease + 10);
+    // Another caller took the key over once the lease ran out.
+    let mut other = attempt(2, lease + 5);
+    let reply = send_and_apply(&mut other, &mut store, lease + 5);
+    assert!(matches!(reply, Reply::Reserved(_)));
+    let reply = send_and_apply(&mut a, &mut store, lease + 10);
+    a.handle_reply(reply, at(lease + 10)).unwrap();
+    let Step::Done(Outcome::Executed(execution)) = a.poll(at(lease + 10)) else {
+        panic!("expected an executed outcome")
+    };
+    assert_eq!(
+        execution.record,
+        Recording::Refused(idem_core::Refusal::NotOwner)
+    );
+    assert!(
+        execution.lease_lost,
+        "a refused complete means the key was lost (I7)"
+    );
+}
+
+#[test]
+fn a_grant_naming_another_owner_is_not_taken_as_ours() {
+    // A store that answers a reserve with someone else's reservation is broken; the machine
+    // must not run the action on it, and treats the answer as a failed command.
+    let mut a = attempt(1, 0);
+    let Step::Send(_) = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    let foreign = idem_core::Reservation {
+        owner: OwnerToken::from_u128(2),
+        lease_until: at(30_000),
+    };
+    a.handle_reply(Reply::Reserved(foreign), at(0)).unwrap();
+    assert_ne!(a.poll(at(0)), Step::Run);
+    let (step, _) = next_step(&mut a, 0);
+    assert!(
+        matches!(step, Step::Send(_)),
+        "the reserve is retried: {step:?}"
+    );
+}
