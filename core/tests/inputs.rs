@@ -150,3 +150,31 @@ fn fingerprint_is_order_independent_and_type_sensitive() {
         Err(FingerprintError::DuplicateField { .. })
     ));
 }
+
+#[test]
+fn the_body_limit_stops_at_redis_largest_string() {
+    let limit = 512 * 1024 * 1024;
+    let ok = Options::builder().max_body_bytes(limit).build().unwrap();
+    assert_eq!(ok.max_body_bytes(), limit);
+    assert!(
+        Options::builder()
+            .max_body_bytes(limit + 1)
+            .build()
+            .is_err()
+    );
+}
+
+#[test]
+fn a_fingerprint_is_its_digest_bytes_shown_as_hex() {
+    let fp = Fingerprint::of_bytes(b"abc");
+    let hex: String = fp.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    // SHA-256("abc"), the standard's own test vector.
+    assert_eq!(
+        hex,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(fp.to_string(), hex);
+    assert_eq!(format!("{fp:?}"), format!("Fingerprint({hex})"));
+    assert_eq!(Fingerprint::from_bytes(fp.to_bytes()), fp);
+    assert_eq!(hex.parse::<Fingerprint>().unwrap(), fp);
+}

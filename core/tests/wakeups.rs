@@ -1,0 +1,131 @@
+//! When the attempt machine asks to be woken: the lease end while a command is out, the
+//! growing backoff of store retries, and which change notices move a waiter.
+
+use std::time::Duration;
+
+use idem_core::record::apply;
+use idem_core::{
+    ActionResult, Attempt, Fingerprint, Key, Operation, Options, OwnerToken, Record, Reply, Step,
+    Timestamp,
+};
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
+
+fn attempt(owner: u128) -> Attempt {
+    Attempt::new(
+        Operation::new("payment.charge").unwrap(),
+        Key::new("order-1").unwrap(),
+        Fingerprint::of_bytes(b"amount=100"),
+        OwnerToken::from_u128(owner),
+        owner as u64,
+        Options::default(),
+        at(0),
+    )
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A running attempt that reserved at 0.
+fn running(store: &mut Option<Record>) -> Attempt {
+    let mut a = attempt(1);
+    let Step::Send(cmd) = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    let reply = apply(store.as_ref(), cmd, at(0)).apply_to(store);
+    a.handle_reply(reply, at(0)).unwrap();
+    assert_eq!(a.poll(at(0)), Step::Run);
+    a
+}
+
+#[test]
+fn while_a_renewal_is_out_the_machine_wakes_at_the_confirmed_lease_end() {
+    let options = Options::default();
+    let (lease, renew) = (ms(options.lease()), ms(options.renew_every()));
+    let mut store = None;
+    let mut a = running(&mut store);
+    let Step::Send(_) = a.poll(at(renew)) else {
+        panic!("expected a renewal")
+    };
+    // The renewal is out; the only instant worth waking for is the lease end.
+    assert_eq!(
+        a.poll(at(renew + 1)),
+        Step::Wait {
+            until: Some(at(lease))
+        }
+    );
+    // Past it, there is nothing of the machine's own to wake for.
+    assert_eq!(a.poll(at(lease)), Step::Wait { until: None });
+    // Once the action's result is in, the lease end no longer matters either.
+    let mut b = running(&mut None);
+    let Step::Send(_) = b.poll(at(renew)) else {
+        panic!("expected a renewal")
+    };
+    b.handle_action_result(ActionResult::Failed, at(renew + 1))
+        .unwrap();
+    assert_eq!(b.poll(at(renew + 1)), Step::Wait { until: None });
+    // Nor after the store refused the renewal: the lease is lost.
+    let mut c = running(&mut None);
+    let Step::Send(_) = c.poll(at(renew)) else {
+        panic!("expected a renewal")
+    };
+    c.handle_reply(Reply::Refused(idem_core::Refusal::NotOwner), at(renew + 1))
+        .unwrap();
+    // A lost lease stops renewals; the machine waits on the action alone.
+    assert_eq!(c.poll(at(renew + 1)), Step::Wait { until: None });
+}
+
+#[test]
+fn store_retries_back_off_further_each_time() {
+    let options = Options::default();
+    let initial = ms(options.backoff_initial());
+    let mut a = attempt(1);
+    let mut now = 0;
+    for n in 0..options.store_retries() {
+        let Step::Send(_) = a.poll(at(now)) else {
+            panic!("expected a reserve at {now}")
+        };
+        a.handle_store_error(at(now)).unwrap();
+        let Step::Wait { until: Some(next) } = a.poll(at(now)) else {
+            panic!("expected a backoff")
+        };
+        // Half the nominal delay is fixed, half is jitter (equal jitter).
+        let nominal = (initial << n).min(ms(options.backoff_max()));
+        let delay = next.as_millis() - now;
+        assert!(
+            (nominal / 2..=nominal).contains(&delay),
+            "retry {n}: {delay} ms, nominal {nominal} ms"
+        );
+        now = next.as_millis();
+    }
+}
+
+#[test]
+fn only_a_waiter_that_is_backing_off_is_moved_by_a_notice() {
+    // A reserve that failed is backing off too, but not waiting for a holder: a notice
+    // about the key does not cut its backoff.
+    let mut a = attempt(1);
+    let Step::Send(_) = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    a.handle_store_error(at(0)).unwrap();
+    assert!(!a.handle_record_changed(at(0)));
+    // A waiter whose backoff is already over is not moved: it reserves at its next poll
+    // anyway.
+    let mut store = None;
+    let _holder = running(&mut store);
+    let mut w = attempt(2);
+    let Step::Send(cmd) = w.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    let reply = apply(store.as_ref(), cmd, at(0)).apply_to(&mut store);
+    w.handle_reply(reply, at(0)).unwrap();
+    let Step::Wait { until: Some(next) } = w.poll(at(0)) else {
+        panic!("a waiter backs off")
+    };
+    assert!(!w.handle_record_changed(next));
+    assert!(w.handle_record_changed(at(next.as_millis() - 1)));
+}
