@@ -595,6 +595,58 @@ impl Attempt {
         }
     }
 
+    /// The command that settles what this attempt may hold in the store, for a driver that
+    /// abandons it now (its caller went away mid-call) or that saw it end
+    /// [`Outcome::StoreUnavailable`]; `None` when nothing needs settling.
+    ///
+    /// - A reserve was sent and not answered otherwise (it may have landed), the action runs
+    ///   or failed, or a release is due: a release, so a retry need not wait out the lease
+    ///   (`I5`, `I6`). This includes a fail-closed refusal, one of whose failed reserves may
+    ///   have been applied.
+    /// - The action succeeded: the complete that records it, never a release, because the
+    ///   effect happened (`I7`).
+    ///
+    /// Every command returned is one the machine itself could send, and safe to repeat.
+    pub fn settlement(&self) -> Option<Command> {
+        let release = Command::Release { owner: self.owner };
+        match &self.phase {
+            Phase::Reserving { .. } => self.reserve_first_sent.map(|_| release),
+            Phase::Running(running) => match &running.result {
+                Some(result @ (ActionResult::Succeeded(_) | ActionResult::Unrecordable)) => {
+                    Some(self.complete_command(self.recordable(result).0))
+                }
+                Some(ActionResult::Failed) | None => Some(release),
+            },
+            Phase::Completing { body, .. } => Some(self.complete_command(body.clone())),
+            Phase::Releasing { .. } | Phase::Finished(Outcome::StoreUnavailable) => Some(release),
+            Phase::Finished(_) => None,
+        }
+    }
+
+    fn complete_command(&self, body: Option<Body>) -> Command {
+        Command::Complete {
+            owner: self.owner,
+            fingerprint: self.fingerprint,
+            body,
+            retention: self.options.retention(),
+        }
+    }
+
+    /// What of a successful result is recorded, and whether that is its whole body. Rule 9:
+    /// an oversized result is returned to the caller but not stored; the record is completed
+    /// without it, so a retry gets a clear error and never a second effect. An unrecordable
+    /// one likewise.
+    fn recordable(&self, result: &ActionResult) -> (Option<Body>, bool) {
+        match result {
+            ActionResult::Succeeded(body) if body.len() <= self.options.max_body_bytes() => {
+                (Some(body.clone()), true)
+            }
+            ActionResult::Succeeded(_) | ActionResult::Unrecordable | ActionResult::Failed => {
+                (None, false)
+            }
+        }
+    }
+
     fn send(&mut self, kind: CommandKind, now: Timestamp) -> Step {
         let owner = self.owner;
         let command = match kind {
@@ -607,16 +659,11 @@ impl Attempt {
                 owner,
                 lease: self.options.lease(),
             },
-            CommandKind::Complete => Command::Complete {
-                owner,
-                fingerprint: self.fingerprint,
-                body: match &self.phase {
-                    Phase::Completing { body, .. } => body.clone(),
-                    // `poll` sends a complete only from `Completing`.
-                    _ => None,
-                },
-                retention: self.options.retention(),
-            },
+            CommandKind::Complete => self.complete_command(match &self.phase {
+                Phase::Completing { body, .. } => body.clone(),
+                // `poll` sends a complete only from `Completing`.
+                _ => None,
+            }),
             CommandKind::Release => Command::Release { owner },
         };
         if kind == CommandKind::Reserve {
@@ -656,13 +703,11 @@ impl Attempt {
         now: Timestamp,
     ) {
         self.phase = match result {
-            ActionResult::Succeeded(body) => {
-                // Rule 9: an oversized result is returned to the caller but not stored;
-                // the record is completed without it, so a retry gets a clear error and
-                // never a second effect.
-                let stored_body = body.len() <= self.options.max_body_bytes();
+            // The effect happened: record it, with its body where rule 9 allows.
+            ActionResult::Succeeded(_) | ActionResult::Unrecordable => {
+                let (body, stored_body) = self.recordable(&result);
                 Phase::Completing {
-                    body: stored_body.then_some(body),
+                    body,
                     stored_body,
                     protection,
                     confirmed_until,
@@ -670,15 +715,6 @@ impl Attempt {
                     retries: 0,
                 }
             }
-            // The effect happened: record it, without the value (rule 9).
-            ActionResult::Unrecordable => Phase::Completing {
-                body: None,
-                stored_body: false,
-                protection,
-                confirmed_until,
-                not_before: now,
-                retries: 0,
-            },
             // I5: a failure is never recorded; the key is given back.
             ActionResult::Failed => Phase::Releasing {
                 not_before: now,

@@ -263,15 +263,9 @@ where
             let now = coordinator.now();
             self.publish_lease(now);
             match self.guard.attempt.poll(now) {
-                Step::Done(outcome) => {
-                    // After a fail-closed refusal one of the failed reserves may still have
-                    // been applied; the guard then sends a best-effort release as the call
-                    // returns, so the key need not stay blocked for a whole lease.
-                    if outcome != idem_core::Outcome::StoreUnavailable {
-                        self.guard.finished();
-                    }
-                    return self.conclude(outcome);
-                }
+                // After a fail-closed refusal the guard sends the attempt's settlement (a
+                // best-effort release of a reserve that may have landed) as the call returns.
+                Step::Done(outcome) => return self.conclude(outcome),
                 Step::Run => {
                     let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
                     let claim = self.claim(now);
@@ -285,7 +279,6 @@ where
                 }
                 Step::Send(command) => {
                     let name = command.name();
-                    self.guard.sent(&command);
                     let apply = store.apply(self.operation, self.key, command);
                     let answer = if running.is_terminated() {
                         apply.await
@@ -389,8 +382,6 @@ where
                     "store replied"
                 );
                 if command == "reserve" {
-                    self.guard
-                        .reserve_answered(matches!(reply, Reply::Reserved(_)));
                     self.waiting_on_holder = matches!(reply, Reply::InFlight { .. });
                     self.notices_throttled = self.waiting_on_holder && self.sent_on_notice;
                     self.sent_on_notice = false;
@@ -454,7 +445,6 @@ where
                 ActionResult::Failed
             }
         };
-        self.guard.action_finished(&fed);
         let now = self.coordinator.now();
         self.guard.attempt.handle_action_result(fed, now)?;
         Ok(())

@@ -2,7 +2,8 @@
 //!
 //! A caller's future can be dropped at any `.await` (a request timeout, a client that hung
 //! up, `tokio::select!` choosing another branch). The attempt is then abandoned mid-way, and
-//! `AttemptGuard` settles what it can on the way out:
+//! `AttemptGuard` sends what [`Attempt::settlement`](idem_core::Attempt::settlement) says
+//! settles it:
 //!
 //! - the key may be held (a reserve was sent, the action was running, or a release was
 //!   due): it is **released**, so a retry runs the action again at once rather than after
@@ -20,93 +21,30 @@
 
 use std::sync::Arc;
 
-use idem_core::record::{Body, Command};
-use idem_core::{ActionResult, Attempt, Options};
+use idem_core::Attempt;
 use tokio::runtime::Handle;
 
 use crate::store::Store;
 
-/// The attempt of one call, and what to send for it if the call is dropped.
+/// The attempt of one call, and the store to settle it in if the call is dropped.
 #[derive(Debug)]
 pub(crate) struct AttemptGuard<S: Store> {
     pub(crate) attempt: Attempt,
     store: Arc<S>,
-    hold: Hold,
-}
-
-/// What the attempt may own in the store right now.
-#[derive(Debug)]
-enum Hold {
-    /// Nothing: no reserve sent yet, the key is another's, or the attempt is over.
-    Free,
-    /// A reservation, possibly: a reserve was sent (its effect may be unknown) or granted,
-    /// and no result is known yet.
-    MaybeHeld,
-    /// The action succeeded: this complete records it.
-    Succeeded(Command),
 }
 
 impl<S: Store> AttemptGuard<S> {
     pub(crate) fn new(attempt: Attempt, store: Arc<S>) -> Self {
-        Self {
-            attempt,
-            store,
-            hold: Hold::Free,
-        }
-    }
-
-    /// A command is about to be sent.
-    pub(crate) fn sent(&mut self, command: &Command) {
-        if matches!(command, Command::Reserve { .. }) && matches!(self.hold, Hold::Free) {
-            self.hold = Hold::MaybeHeld;
-        }
-    }
-
-    /// A reserve was answered: only `Reserved` means the key is this attempt's.
-    pub(crate) fn reserve_answered(&mut self, granted: bool) {
-        if !granted {
-            self.hold = Hold::Free;
-        }
-    }
-
-    /// The action finished with `result`. A success is remembered as the complete that
-    /// records it; a failure leaves the key to be released.
-    pub(crate) fn action_finished(&mut self, result: &ActionResult) {
-        let options = self.attempt.options();
-        let body = match result {
-            ActionResult::Failed => return,
-            // Rule 9, as the attempt applies it: a body over the limit is not stored.
-            ActionResult::Succeeded(body) if body.len() <= options.max_body_bytes() => {
-                Some(body.clone())
-            }
-            ActionResult::Succeeded(_) | ActionResult::Unrecordable => None,
-        };
-        self.hold = Hold::Succeeded(complete(&self.attempt, body, options));
-    }
-
-    /// The attempt ended: nothing is left to settle.
-    pub(crate) fn finished(&mut self) {
-        self.hold = Hold::Free;
-    }
-}
-
-fn complete(attempt: &Attempt, body: Option<Body>, options: &Options) -> Command {
-    Command::Complete {
-        owner: attempt.owner(),
-        fingerprint: attempt.fingerprint(),
-        body,
-        retention: options.retention(),
+        Self { attempt, store }
     }
 }
 
 impl<S: Store> Drop for AttemptGuard<S> {
     fn drop(&mut self) {
-        let command = match std::mem::replace(&mut self.hold, Hold::Free) {
-            Hold::Free => return,
-            Hold::MaybeHeld => Command::Release {
-                owner: self.attempt.owner(),
-            },
-            Hold::Succeeded(complete) => complete,
+        // What to send is the attempt's decision (`Attempt::settlement`); the guard only
+        // sends it.
+        let Some(command) = self.attempt.settlement() else {
+            return;
         };
         let operation = self.attempt.operation().clone();
         let key = self.attempt.key().clone();
