@@ -181,6 +181,12 @@ pub struct Attempt {
     /// whose reply was lost may have been applied then, and a retry by the same owner gets
     /// that reservation back unchanged (`I11`), so the lease is counted from here.
     reserve_first_sent: Option<Timestamp>,
+    /// Whether the reserve now out (or last answered) was sent early because of a change
+    /// notice.
+    sent_on_notice: bool,
+    /// Notices before this instant are not acted on: the last one proved spurious (the key
+    /// was still held), so a store that notifies too eagerly cannot make a waiter spin.
+    notices_from: Timestamp,
     lease_lost: bool,
 }
 
@@ -261,6 +267,8 @@ impl Attempt {
             wait_deadline: None,
             waits: 0,
             reserve_first_sent: None,
+            sent_on_notice: false,
+            notices_from: now,
             lease_lost: false,
         }
     }
@@ -384,6 +392,9 @@ impl Attempt {
             .outstanding
             .take()
             .ok_or(ProtocolError::NoCommandOutstanding)?;
+        if !matches!(reply, Reply::InFlight { .. }) {
+            self.sent_on_notice = false;
+        }
         match (kind, reply) {
             (CommandKind::Reserve, Reply::Reserved(reservation))
                 if reservation.owner == self.owner =>
@@ -402,6 +413,9 @@ impl Attempt {
             (CommandKind::Reserve, Reply::InFlight { .. }) => {
                 // Someone else holds the key: any earlier grant of ours is gone.
                 self.reserve_first_sent = None;
+                if std::mem::take(&mut self.sent_on_notice) {
+                    self.notices_from = now.saturating_add(self.options.backoff_initial());
+                }
                 self.in_flight(now);
             }
             (CommandKind::Reserve, Reply::Replay { body }) => {
@@ -480,6 +494,7 @@ impl Attempt {
             .outstanding
             .take()
             .ok_or(ProtocolError::NoCommandOutstanding)?;
+        self.sent_on_notice = false;
         let max = self.options.store_retries();
         let delay = self.backoff(self.retries_so_far());
         let failure = self.options.on_store_failure();
@@ -582,17 +597,34 @@ impl Attempt {
     ///
     /// Notices are only a shortcut: the machine is correct without them, since a waiter
     /// polls with backoff until its deadline.
+    ///
+    /// A notice that proves spurious (the reserve it triggered finds the key still held)
+    /// makes the machine ignore notices for the next initial backoff; see
+    /// [`notices_from`](Self::notices_from).
     pub fn handle_record_changed(&mut self, now: Timestamp) -> bool {
-        if self.outstanding.is_some() || self.wait_deadline.is_none() {
+        if self.notices_from(now).is_none_or(|from| now < from) {
             return false;
         }
         match &mut self.phase {
             Phase::Reserving { not_before, .. } if *not_before > now => {
                 *not_before = now;
+                self.sent_on_notice = true;
                 true
             }
             _ => false,
         }
+    }
+
+    /// While the attempt waits for another holder of the key (its last reserve was answered
+    /// "in flight"), the instant from which a change notice is acted on: a driver whose
+    /// store notifies listens from then, together with the [`Step::Wait`] timer. `None`
+    /// when the attempt is not waiting for a holder.
+    pub fn notices_from(&self, now: Timestamp) -> Option<Timestamp> {
+        let waiting = self.outstanding.is_none()
+            && self.wait_deadline.is_some()
+            && self.reserve_first_sent.is_none()
+            && matches!(self.phase, Phase::Reserving { .. });
+        waiting.then_some(self.notices_from.max(now))
     }
 
     /// The command that settles what this attempt may hold in the store, for a driver that

@@ -129,3 +129,29 @@ fn only_a_waiter_that_is_backing_off_is_moved_by_a_notice() {
     assert!(!w.handle_record_changed(next));
     assert!(w.handle_record_changed(at(next.as_millis() - 1)));
 }
+
+#[test]
+fn a_notice_that_proves_spurious_mutes_notices_for_one_initial_backoff() {
+    let initial = ms(Options::default().backoff_initial());
+    let mut store = None;
+    let _holder = running(&mut store);
+    let mut w = attempt(2);
+    // Not waiting yet: no notices to listen for.
+    assert_eq!(w.notices_from(at(0)), None);
+    let reserve_now = |w: &mut Attempt, store: &mut Option<Record>, t: u64| {
+        let Step::Send(cmd) = w.poll(at(t)) else {
+            panic!("expected a reserve at {t}")
+        };
+        let reply = apply(store.as_ref(), cmd, at(t)).apply_to(store);
+        w.handle_reply(reply, at(t)).unwrap();
+    };
+    reserve_now(&mut w, &mut store, 0);
+    assert_eq!(w.notices_from(at(1)), Some(at(1)));
+    // A notice moves the waiter; its reserve finds the key still held.
+    assert!(w.handle_record_changed(at(1)));
+    reserve_now(&mut w, &mut store, 1);
+    // So notices are muted for one initial backoff.
+    assert_eq!(w.notices_from(at(2)), Some(at(1 + initial)));
+    assert!(!w.handle_record_changed(at(initial)));
+    assert!(w.handle_record_changed(at(1 + initial)));
+}

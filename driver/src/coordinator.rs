@@ -173,9 +173,6 @@ impl<S: Store> Coordinator<S> {
             panic: None,
             store_error: None,
             lease: None,
-            waiting_on_holder: false,
-            sent_on_notice: false,
-            notices_throttled: false,
         };
         let running: Pin<&mut Running<Fut>> = pin!(Fuse::terminated());
         call.drive(action, running).await
@@ -233,14 +230,6 @@ struct Call<'c, S: Store, T, E> {
     store_error: Option<StoreError>,
     /// Tells the action's claim about its lease while the action runs.
     lease: Option<watch::Sender<LeaseStatus>>,
-    /// Whether the last reserve found an identical request holding the key.
-    waiting_on_holder: bool,
-    /// Whether the reserve now out was sent early, on the store's change notice.
-    sent_on_notice: bool,
-    /// Whether a notice proved spurious (the key was still held): the next one is honoured
-    /// only after the initial backoff, so a store that notifies too eagerly cannot turn
-    /// waiting into a busy loop.
-    notices_throttled: bool,
 }
 
 impl<S: Store, T, E> Call<'_, S, T, E>
@@ -294,13 +283,11 @@ where
                             result = running.as_mut() => self.action_finished(result)?,
                             () = coordinator.sleep_until(until) => {}
                         }
-                    } else if self.waiting_on_holder {
+                    } else if let Some(from) = self.guard.attempt.notices_from(now) {
                         // Registered before sleeping, so a completion in between still
                         // wakes this waiter (the store's contract for `changed`).
                         let changed = store.changed(self.operation, self.key);
-                        let floor = self
-                            .notices_throttled
-                            .then(|| now.saturating_add(coordinator.options.backoff_initial()));
+                        let floor = (from > now).then_some(from);
                         let notice = async {
                             coordinator.sleep_until_floor(floor).await;
                             changed.await;
@@ -309,8 +296,7 @@ where
                             biased;
                             () = notice => {
                                 let now = coordinator.now();
-                                self.sent_on_notice = self.guard.attempt.handle_record_changed(now);
-                                if self.sent_on_notice {
+                                if self.guard.attempt.handle_record_changed(now) {
                                     tracing::trace!(
                                         operation = %self.operation,
                                         key = %self.key,
@@ -381,11 +367,6 @@ where
                     ?reply,
                     "store replied"
                 );
-                if command == "reserve" {
-                    self.waiting_on_holder = matches!(reply, Reply::InFlight { .. });
-                    self.notices_throttled = self.waiting_on_holder && self.sent_on_notice;
-                    self.sent_on_notice = false;
-                }
                 self.guard.attempt.handle_reply(reply, now)?;
             }
             Err(error) => {
@@ -397,8 +378,6 @@ where
                     %error,
                     "store command failed"
                 );
-                self.waiting_on_holder = false;
-                self.sent_on_notice = false;
                 self.store_error = Some(error);
                 self.guard.attempt.handle_store_error(now)?;
             }
