@@ -1,26 +1,17 @@
 //! How the attempt machine counts its lease when replies are lost, and the inputs that
 //! shortcut or replace a result: a value that cannot be recorded, a store's change notice.
 
+mod common;
+
+use common::at;
 use idem_core::record::apply;
 use idem_core::{
-    ActionResult, Attempt, Body, Fingerprint, Key, LeaseState, Operation, Options, Outcome,
-    OwnerToken, Record, Recording, Reply, Step, Timestamp,
+    ActionResult, Attempt, Body, LeaseState, Options, Outcome, OwnerToken, Record, Recording,
+    Reply, Step,
 };
 
-fn at(ms: u64) -> Timestamp {
-    Timestamp::from_millis(ms)
-}
-
 fn attempt(owner: u128, now: u64) -> Attempt {
-    Attempt::new(
-        Operation::new("payment.charge").unwrap(),
-        Key::new("order-1").unwrap(),
-        Fingerprint::of_bytes(b"amount=100"),
-        OwnerToken::from_u128(owner),
-        owner as u64,
-        Options::default(),
-        at(now),
-    )
+    common::attempt(owner, Options::default(), now)
 }
 
 /// Polls at `now` and applies the command it sends to `store`, returning the reply.

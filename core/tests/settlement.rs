@@ -1,26 +1,16 @@
 //! What an abandoned attempt leaves to settle (`Attempt::settlement`): the driver sends it
 //! when its caller goes away mid-call, or after a fail-closed refusal.
 
+mod common;
+
+use common::at;
 use idem_core::record::{Command, apply};
 use idem_core::{
-    ActionResult, Attempt, Body, Fingerprint, Key, Operation, Options, Outcome, OwnerToken, Record,
-    Step, StoreFailurePolicy, Timestamp,
+    ActionResult, Attempt, Body, Options, Outcome, OwnerToken, Record, Step, StoreFailurePolicy,
 };
 
-fn at(ms: u64) -> Timestamp {
-    Timestamp::from_millis(ms)
-}
-
 fn attempt(owner: u128, options: Options) -> Attempt {
-    Attempt::new(
-        Operation::new("payment.charge").unwrap(),
-        Key::new("order-1").unwrap(),
-        Fingerprint::of_bytes(b"amount=100"),
-        OwnerToken::from_u128(owner),
-        owner as u64,
-        options,
-        at(0),
-    )
+    common::attempt(owner, options, 0)
 }
 
 fn is_release(command: Option<Command>) -> bool {

@@ -1,28 +1,16 @@
 //! When the attempt machine asks to be woken: the lease end while a command is out, the
 //! growing backoff of store retries, and which change notices move a waiter.
 
+mod common;
+
 use std::time::Duration;
 
+use common::at;
 use idem_core::record::apply;
-use idem_core::{
-    ActionResult, Attempt, Fingerprint, Key, Operation, Options, OwnerToken, Record, Reply, Step,
-    Timestamp,
-};
-
-fn at(ms: u64) -> Timestamp {
-    Timestamp::from_millis(ms)
-}
+use idem_core::{ActionResult, Attempt, Options, Record, Reply, Step};
 
 fn attempt(owner: u128) -> Attempt {
-    Attempt::new(
-        Operation::new("payment.charge").unwrap(),
-        Key::new("order-1").unwrap(),
-        Fingerprint::of_bytes(b"amount=100"),
-        OwnerToken::from_u128(owner),
-        owner as u64,
-        Options::default(),
-        at(0),
-    )
+    common::attempt(owner, Options::default(), 0)
 }
 
 fn ms(d: Duration) -> u64 {

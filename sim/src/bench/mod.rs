@@ -265,6 +265,26 @@ async fn charge(
         .await
 }
 
+/// The adapter's reserve script, issued directly; `Err` describes any other answer than
+/// the one `expected` accepts.
+async fn reserve(
+    store: &RedisStore,
+    options: &Options,
+    key: &Key,
+    owner: OwnerToken,
+    expected: fn(&Reply) -> bool,
+) -> Result<(), String> {
+    let command = Command::Reserve {
+        owner,
+        fingerprint: fingerprint(),
+        lease: options.lease(),
+    };
+    match store.apply(&operation(), key, command).await {
+        Ok(reply) if expected(&reply) => Ok(()),
+        other => Err(format!("reserve: {other:?}")),
+    }
+}
+
 /// The adapter's reserve then complete, with nothing around them.
 async fn raw_fresh(
     store: &RedisStore,
@@ -272,15 +292,10 @@ async fn raw_fresh(
     key: &Key,
     owner: OwnerToken,
 ) -> Result<(), String> {
-    let reserve = Command::Reserve {
-        owner,
-        fingerprint: fingerprint(),
-        lease: options.lease(),
-    };
-    match store.apply(&operation(), key, reserve).await {
-        Ok(Reply::Reserved(_)) => {}
-        other => return Err(format!("reserve: {other:?}")),
-    }
+    reserve(store, options, key, owner, |r| {
+        matches!(r, Reply::Reserved(_))
+    })
+    .await?;
     let complete = Command::Complete {
         owner,
         fingerprint: fingerprint(),
@@ -300,15 +315,10 @@ async fn raw_replay(
     key: &Key,
     owner: OwnerToken,
 ) -> Result<(), String> {
-    let reserve = Command::Reserve {
-        owner,
-        fingerprint: fingerprint(),
-        lease: options.lease(),
-    };
-    match store.apply(&operation(), key, reserve).await {
-        Ok(Reply::Replay { .. }) => Ok(()),
-        other => Err(format!("replay: {other:?}")),
-    }
+    reserve(store, options, key, owner, |r| {
+        matches!(r, Reply::Replay { .. })
+    })
+    .await
 }
 
 /// Runs one phase and reads the server's counts around it.
@@ -421,13 +431,18 @@ async fn record_sizes(
     let options = Options::default();
     let pending = key(run_id, "size", 0, 0);
     let completed = key(run_id, "size", 0, 1);
-    raw_replay_prepare(store, &options, &pending).await?;
+    let prepare = |detail| BenchError::Prepare {
+        phase: "record sizes",
+        detail,
+    };
+    reserve(store, &options, &pending, owner(7, 0), |r| {
+        matches!(r, Reply::Reserved(_))
+    })
+    .await
+    .map_err(prepare)?;
     raw_fresh(store, &options, &completed, owner(7, 1))
         .await
-        .map_err(|detail| BenchError::Prepare {
-            phase: "record sizes",
-            detail,
-        })?;
+        .map_err(prepare)?;
     let mut sizes = [None, None];
     for (slot, k) in sizes.iter_mut().zip([&pending, &completed]) {
         let redis_key = store.layout().record_key(&operation(), k);
@@ -440,25 +455,6 @@ async fn record_sizes(
             .await?;
     }
     Ok((sizes[0], sizes[1]))
-}
-
-async fn raw_replay_prepare(
-    store: &RedisStore,
-    options: &Options,
-    key: &Key,
-) -> Result<(), BenchError> {
-    let reserve = Command::Reserve {
-        owner: owner(7, 0),
-        fingerprint: fingerprint(),
-        lease: options.lease(),
-    };
-    match store.apply(&operation(), key, reserve).await {
-        Ok(Reply::Reserved(_)) => Ok(()),
-        other => Err(BenchError::Prepare {
-            phase: "record sizes",
-            detail: format!("reserve: {other:?}"),
-        }),
-    }
 }
 
 impl BenchReport {
