@@ -169,13 +169,17 @@ impl Command {
     }
 }
 
-/// What a reserve granted.
+/// What a reserve or renew granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
     /// The holder.
     pub owner: OwnerToken,
-    /// When the lease runs out, on the store's clock.
-    pub lease_until: Timestamp,
+    /// When the lease runs out, on the store's clock, if the store read its clock to grant
+    /// it. The record machine always says; a store may grant a free key without reading its
+    /// clock (the Redis adapter's single-command reserve) and then answers `None` to a
+    /// reserve, never to a renew. Nothing in the attempt protocol depends on it: an attempt
+    /// counts its lease from its own send (MODEL.md, attempt protocol, lease counting).
+    pub lease_until: Option<Timestamp>,
 }
 
 /// Why the record machine did not carry out a complete, renew or release.
@@ -344,7 +348,10 @@ fn reserve(
         // I1: the key is free, so this caller becomes its one live holder.
         let lease_until = now.saturating_add(lease);
         return Transition {
-            reply: Reply::Reserved(Reservation { owner, lease_until }),
+            reply: Reply::Reserved(Reservation {
+                owner,
+                lease_until: Some(lease_until),
+            }),
             write: Write::Put(Record::Pending {
                 owner,
                 fingerprint,
@@ -366,7 +373,7 @@ fn reserve(
         } if *holder == owner => Reply::Reserved(Reservation {
             // I11: the owner's retried reserve gets its reservation back, unchanged.
             owner,
-            lease_until: *lease_until,
+            lease_until: Some(*lease_until),
         }),
         Record::Pending { lease_until, .. } => Reply::InFlight {
             lease_until: *lease_until,
@@ -432,7 +439,10 @@ fn renew(live: Option<&Record>, owner: OwnerToken, lease: Duration, now: Timesta
             // I10: a lease only ever grows.
             let lease_until = (*lease_until).max(now.saturating_add(lease));
             Transition {
-                reply: Reply::Renewed(Reservation { owner, lease_until }),
+                reply: Reply::Renewed(Reservation {
+                    owner,
+                    lease_until: Some(lease_until),
+                }),
                 write: Write::Put(Record::Pending {
                     owner,
                     fingerprint: *fingerprint,

@@ -458,7 +458,7 @@ fn a_reply_that_answers_another_command_is_a_store_failure() {
     let Step::Send(_) = a.poll(now) else { panic!() };
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
-        lease_until: Timestamp::from_millis(30_000),
+        lease_until: Some(Timestamp::from_millis(30_000)),
     };
     a.handle_reply(Reply::Reserved(foreign), now).unwrap();
     assert_ne!(a.poll(now), Step::Run);

@@ -217,7 +217,7 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
     };
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
-        lease_until: at(30_000),
+        lease_until: Some(at(30_000)),
     };
     a.handle_reply(Reply::Reserved(foreign), at(0)).unwrap();
     assert_ne!(a.poll(at(0)), Step::Run);

@@ -247,7 +247,7 @@ fn to_reply(answer: &Answer) -> Reply {
     match answer {
         Answer::Reserved { owner: o, until } => Reply::Reserved(Reservation {
             owner: owner(*o),
-            lease_until: at(*until),
+            lease_until: Some(at(*until)),
         }),
         Answer::InFlight { until } => Reply::InFlight {
             lease_until: at(*until),
@@ -259,7 +259,7 @@ fn to_reply(answer: &Answer) -> Reply {
         Answer::Completed(c) => Reply::Completed(*c),
         Answer::Renewed { owner: o, until } => Reply::Renewed(Reservation {
             owner: owner(*o),
-            lease_until: at(*until),
+            lease_until: Some(at(*until)),
         }),
         Answer::Released => Reply::Released,
         Answer::Refused(r) => Reply::Refused(*r),

@@ -56,7 +56,7 @@ fn reserve_absent_grants_a_lease_from_store_now() {
     let tr = apply(None, reserve(me(), 1), t(1000));
     assert_eq!(tr.write, Write::Put(pending(me(), 31_000)));
     assert!(
-        matches!(tr.reply, Reply::Reserved(r) if r.lease_until == t(31_000) && r.owner == me())
+        matches!(tr.reply, Reply::Reserved(r) if r.lease_until == Some(t(31_000)) && r.owner == me())
     );
 }
 
@@ -65,7 +65,7 @@ fn reserve_by_holder_is_idempotent() {
     let rec = pending(me(), 5000);
     let tr = apply(Some(&rec), reserve(me(), 1), t(1000));
     assert_eq!(tr.write, Write::Unchanged);
-    assert!(matches!(tr.reply, Reply::Reserved(r) if r.lease_until == t(5000)));
+    assert!(matches!(tr.reply, Reply::Reserved(r) if r.lease_until == Some(t(5000))));
 }
 
 #[test]
@@ -174,7 +174,7 @@ fn renew_extends_and_never_shortens() {
         },
         t(1000),
     );
-    assert!(matches!(tr.reply, Reply::Renewed(r) if r.lease_until == t(50_000)));
+    assert!(matches!(tr.reply, Reply::Renewed(r) if r.lease_until == Some(t(50_000))));
     let tr = apply(
         Some(&rec),
         Command::Renew {
@@ -183,7 +183,7 @@ fn renew_extends_and_never_shortens() {
         },
         t(40_000),
     );
-    assert!(matches!(tr.reply, Reply::Renewed(r) if r.lease_until == t(70_000)));
+    assert!(matches!(tr.reply, Reply::Renewed(r) if r.lease_until == Some(t(70_000))));
 }
 
 #[test]

@@ -5,8 +5,11 @@
 //! gives for the key's current state at the store's own `now`, and leave the key in the
 //! state that machine leaves it in, atomically with respect to every other command on the
 //! same key. Leases and retention are judged by the store's clock, never the caller's
-//! (MODEL.md, rule 10). `MemoryStore` calls `apply` under a lock; the Redis adapter runs
-//! one server-side script per command and is tested step for step against `apply`.
+//! (MODEL.md, rule 10). One latitude: a store that grants a free key without reading its
+//! clock may leave the grant's lease end unsaid (`Reservation::lease_until` is `None`); the
+//! attempt never reads it. `MemoryStore` calls `apply` under a lock; the Redis adapter runs
+//! one server-side script per command, after a single-command reserve that needs no clock,
+//! and is tested step for step against `apply`.
 
 use std::error::Error as StdError;
 use std::future::Future;

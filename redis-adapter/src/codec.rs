@@ -5,13 +5,26 @@
 //!      0     2  magic "id"
 //!      2     1  version (1)
 //!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
-//!               4 pending with a waiter told about it (its complete or release is announced)
+//!               4 pending with a waiter told about it (its complete or release is announced),
+//!               5 a claim: pending, its lease end kept in the key's expiry
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
 //!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
-//!               pending record, the retention end of a completed one
+//!               pending record, the retention end of a completed one; zero in a claim
 //!     60     …  the body (state 3 only; may be empty)
 //! ```
+//!
+//! Every key expires in Redis one millisecond before its record's deadline (`PXAT
+//! deadline - 1`): Redis keeps a key while its clock is at or before the expiry, the record
+//! machine treats a record as gone once `now` reaches the deadline, so a key exists exactly
+//! while its record is live.
+//!
+//! A claim (state 5) is what the single-command reserve writes (`SET key claim NX PX
+//! lease-1 GET`): the client does not know the server's clock, so the lease end is the key's
+//! expiry plus one millisecond (`PEXPIRETIME`), which the scripts read when they load a claim.
+//! [`decode`] cannot see the key's expiry and refuses a claim
+//! ([`DecodeError::LeaseInKeyExpiry`]); the read script fills the lease end in and returns it
+//! as a pending record (state 1). [`decode_stored`] tells a claim from a record.
 //!
 //! The Lua scripts ([`crate::scripts`]) read and write exactly this layout; this module is
 //! its Rust half, used to decode what a read returns and by tests that plant records. A value
@@ -42,6 +55,7 @@ const STATE_PENDING: u8 = 1;
 const STATE_COMPLETED_NO_BODY: u8 = 2;
 const STATE_COMPLETED: u8 = 3;
 const STATE_PENDING_WATCHED: u8 = 4;
+const STATE_CLAIM: u8 = 5;
 
 /// Why bytes under a key are not a record this adapter wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -71,6 +85,57 @@ pub enum DecodeError {
     /// A deadline past [`MAX_DEADLINE_MS`].
     #[error("deadline {0} ms is past the largest this adapter writes")]
     DeadlineOutOfRange(u64),
+    /// A claim (state 5) with a deadline field that is not zero.
+    #[error("a claim carries a deadline; its lease end belongs in the key's expiry")]
+    ClaimWithDeadline,
+    /// A claim (state 5): a pending record whose lease end is the key's expiry, which the
+    /// bytes alone do not hold. Use [`decode_stored`], or read it with the read script.
+    #[error("a claim keeps its lease end in the key's expiry, not in its bytes")]
+    LeaseInKeyExpiry,
+}
+
+/// What a value written by this adapter holds: a record, or a claim whose lease end is the
+/// key's expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    /// A record with its deadline. `watched` is the waiter mark (state 4) of a pending
+    /// record: a waiter was told "in flight", so its complete or release is announced.
+    Record {
+        /// The record.
+        record: Record,
+        /// Whether a waiter was told about it.
+        watched: bool,
+    },
+    /// A pending record written by the single-command reserve: its lease end is the key's
+    /// expiry plus one millisecond; it has no waiter mark.
+    Claim {
+        /// The holder.
+        owner: OwnerToken,
+        /// The request it holds the key for.
+        fingerprint: Fingerprint,
+    },
+}
+
+impl Stored {
+    /// The fingerprint the key is held or completed under.
+    pub fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Stored::Record { record, .. } => record.fingerprint(),
+            Stored::Claim { fingerprint, .. } => *fingerprint,
+        }
+    }
+}
+
+/// The value of a claim: `owner` holds the key for `fingerprint`, until the key expires.
+pub fn encode_claim(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(STATE_CLAIM);
+    out.extend_from_slice(&owner.to_bytes());
+    out.extend_from_slice(&fingerprint.to_bytes());
+    out.extend_from_slice(&[0; 8]);
+    out
 }
 
 /// Encodes `record` in version 1. Deadlines past [`MAX_DEADLINE_MS`] are written as it.
@@ -96,8 +161,17 @@ pub fn encode(record: &Record) -> Vec<u8> {
     out
 }
 
-/// Decodes a version-1 record, or says why `bytes` are not one.
+/// Decodes a version-1 record, or says why `bytes` are not one. A claim is refused with
+/// [`DecodeError::LeaseInKeyExpiry`]: its lease end is not in its bytes.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    match decode_stored(bytes)? {
+        Stored::Record { record, .. } => Ok(record),
+        Stored::Claim { .. } => Err(DecodeError::LeaseInKeyExpiry),
+    }
+}
+
+/// Decodes a version-1 value, a record or a claim, or says why `bytes` are not one.
+pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
     let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort { len: bytes.len() });
     };
@@ -115,36 +189,55 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let owner = OwnerToken::from_bytes(owner);
     let fingerprint = Fingerprint::from_bytes(fingerprint);
     let deadline = u64::from_be_bytes(deadline);
+    if state == STATE_CLAIM {
+        no_trailing(body, bytes)?;
+        if deadline != 0 {
+            return Err(DecodeError::ClaimWithDeadline);
+        }
+        return Ok(Stored::Claim { owner, fingerprint });
+    }
     if deadline > MAX_DEADLINE_MS {
         return Err(DecodeError::DeadlineOutOfRange(deadline));
     }
     let deadline = Timestamp::from_millis(deadline);
-    let no_trailing = || {
-        if body.is_empty() {
-            Ok(())
-        } else {
-            Err(DecodeError::TrailingBytes { len: bytes.len() })
+    let record = match state {
+        STATE_PENDING | STATE_PENDING_WATCHED => {
+            no_trailing(body, bytes)?;
+            Record::Pending {
+                owner,
+                fingerprint,
+                lease_until: deadline,
+            }
         }
-    };
-    match state {
-        STATE_PENDING | STATE_PENDING_WATCHED => no_trailing().map(|()| Record::Pending {
-            owner,
-            fingerprint,
-            lease_until: deadline,
-        }),
-        STATE_COMPLETED_NO_BODY => no_trailing().map(|()| Record::Completed {
-            owner,
-            fingerprint,
-            body: None,
-            expires_at: deadline,
-        }),
-        STATE_COMPLETED => Ok(Record::Completed {
+        STATE_COMPLETED_NO_BODY => {
+            no_trailing(body, bytes)?;
+            Record::Completed {
+                owner,
+                fingerprint,
+                body: None,
+                expires_at: deadline,
+            }
+        }
+        STATE_COMPLETED => Record::Completed {
             owner,
             fingerprint,
             body: Some(Body::new(body)),
             expires_at: deadline,
-        }),
-        other => Err(DecodeError::UnknownState(other)),
+        },
+        other => return Err(DecodeError::UnknownState(other)),
+    };
+    Ok(Stored::Record {
+        record,
+        watched: state == STATE_PENDING_WATCHED,
+    })
+}
+
+/// A state without a body must end with its header.
+fn no_trailing(body: &[u8], bytes: &[u8]) -> Result<(), DecodeError> {
+    if body.is_empty() {
+        Ok(())
+    } else {
+        Err(DecodeError::TrailingBytes { len: bytes.len() })
     }
 }
 
@@ -225,6 +318,50 @@ mod tests {
             decode(&bad),
             Err(DecodeError::DeadlineOutOfRange(_))
         ));
+    }
+
+    #[test]
+    fn a_claim_is_a_header_whose_lease_end_is_the_keys_expiry() {
+        let owner = OwnerToken::from_u128(9);
+        let fingerprint = Fingerprint::of_bytes(b"charge");
+        let bytes = encode_claim(owner, fingerprint);
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(&bytes[..4], b"id\x01\x05");
+        assert_eq!(&bytes[52..], &[0; 8]);
+        assert_eq!(
+            decode_stored(&bytes),
+            Ok(Stored::Claim { owner, fingerprint })
+        );
+        assert_eq!(decode(&bytes), Err(DecodeError::LeaseInKeyExpiry));
+        let mut dated = bytes.clone();
+        dated[59] = 1;
+        assert_eq!(decode_stored(&dated), Err(DecodeError::ClaimWithDeadline));
+        let mut long = bytes;
+        long.push(0);
+        assert_eq!(
+            decode_stored(&long),
+            Err(DecodeError::TrailingBytes { len: 61 })
+        );
+    }
+
+    #[test]
+    fn the_waiter_mark_is_reported_with_the_record() {
+        let mut bytes = encode(&pending());
+        assert_eq!(
+            decode_stored(&bytes),
+            Ok(Stored::Record {
+                record: pending(),
+                watched: false
+            })
+        );
+        bytes[3] = STATE_PENDING_WATCHED;
+        assert_eq!(
+            decode_stored(&bytes),
+            Ok(Stored::Record {
+                record: pending(),
+                watched: true
+            })
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //!
 //! - [`layout`]: the Redis key of a record, `{prefix}{operation}:{key}` (default prefix
 //!   `idem:`), injective for a fixed prefix.
+//! - [`claim`]: the single-command reserve, `SET … NX … GET`, which answers a fresh key,
+//!   a replay and key reuse without a script.
 //! - [`codec`]: the compact, versioned record encoding (60 bytes plus the body).
 //! - [`scripts`]: the Lua scripts, one per command, each on one key and judged by the
 //!   server's `TIME`, so they run unchanged on a Cluster.
@@ -25,11 +27,12 @@
 //! # }
 //! ```
 //!
-//! Needs Redis 6.2 or later (`SET … PXAT`); tested on Redis 7.0.
+//! Needs Redis 7.0 or later (`SET … NX … GET`, `PEXPIRETIME`); tested on Redis 7.0.
 //!
 //! What Redis guarantees and what it does not (a restart without persistence, asynchronous
 //! replication and failover) is in MODEL.md, section "Redis".
 
+pub mod claim;
 pub mod codec;
 pub mod layout;
 pub mod scripts;

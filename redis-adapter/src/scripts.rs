@@ -10,7 +10,11 @@
 //!   adapter wrote (another Redis type, another layout, an unknown version), changes
 //!   nothing and answers `{'!', now, detail}`;
 //! - treats a record whose deadline is at or before `now` as absent, exactly like the core;
-//! - writes with `SET … PXAT deadline`, so Redis drops an expired record by itself;
+//! - writes with `SET … PXAT deadline-1`, so Redis drops a record by itself exactly when the
+//!   record machine would treat it as gone (Redis keeps a key while its clock is at or
+//!   before the expiry; see [`crate::codec`]);
+//! - reads the lease end of a claim (state 5, written by the single-command reserve) from
+//!   the key's expiry: `PEXPIRETIME + 1`;
 //! - checks the owner token itself for complete, renew and release (`I2`);
 //! - when given a change channel (standalone servers), publishes the record's Redis key on it
 //!   after a complete or a release of a pending record that a waiter was told about (the
@@ -69,19 +73,27 @@ local function load(key)
   local version = string.byte(raw, 3)
   if version ~= 1 then return false, 'unknown record version ' .. version end
   local state = string.byte(raw, 4)
-  if state ~= 1 and state ~= 2 and state ~= 3 and state ~= 4 then
+  if state < 1 or state > 5 then
     return false, 'unknown record state ' .. state
   end
   -- State 4 is a pending record that a waiter was told about: its complete or release is
-  -- announced. Otherwise it is state 1.
+  -- announced. State 5 is a claim: pending, its lease end the key's expiry. Both are
+  -- pending (state 1) below.
   local watched = state == 4
-  if watched then state = 1 end
+  local claim = state == 5
+  if watched or claim then state = 1 end
   if state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
   local d1, d2, d3, d4, d5, d6, d7, d8 = string.byte(raw, 53, 60)
   local deadline =
     ((((((d1 * 256 + d2) * 256 + d3) * 256 + d4) * 256 + d5) * 256 + d6) * 256 + d7) * 256 + d8
+  if claim then
+    if deadline ~= 0 then return false, 'a claim with a deadline' end
+    local expiry = redis.call('PEXPIRETIME', key)
+    if expiry < 0 then return false, 'a claim without an expiry' end
+    deadline = expiry + 1
+  end
   if deadline > MAX_MS then return false, 'deadline out of range' end
   local rec = {
     state = state,
@@ -89,6 +101,7 @@ local function load(key)
     fp = string.sub(raw, 21, 52),
     deadline = deadline,
     watched = watched,
+    claim = claim,
     raw = raw,
   }
   if state == 3 then rec.body = string.sub(raw, HEADER + 1) end
@@ -97,7 +110,7 @@ end
 
 local function put(key, state, owner, fp, deadline, body)
   local value = 'id' .. string.char(1, state) .. owner .. fp .. u64be(deadline) .. (body or '')
-  redis.call('SET', key, value, 'PXAT', deadline)
+  redis.call('SET', key, value, 'PXAT', deadline - 1)
 end
 
 local now = now_ms()
@@ -175,9 +188,12 @@ if ARGV[2] ~= '' and rec.watched then redis.call('PUBLISH', ARGV[2], KEYS[1]) en
 return {'D', now}
 "#;
 
-/// No ARGV.
+/// No ARGV. A claim is returned as the pending record it is, its lease end filled in.
 const READ: &str = r#"
 if not rec then return {'E', now} end
+if rec.claim then
+  return {'V', now, 'id' .. string.char(1, 1) .. rec.owner .. rec.fp .. u64be(rec.deadline)}
+end
 return {'V', now, rec.raw}
 "#;
 

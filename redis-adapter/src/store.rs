@@ -11,9 +11,10 @@ use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, Script, Value};
+use redis::{RedisError, RedisResult, Script, Value};
 use thiserror::Error;
 
+use crate::claim::{self, Decision};
 use crate::codec::{self, MAX_DEADLINE_MS};
 use crate::layout::KeyLayout;
 use crate::scripts::Scripts;
@@ -96,6 +97,7 @@ pub struct RedisStoreBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     watch: bool,
+    claim: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -105,6 +107,7 @@ impl Default for RedisStoreBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             watch: true,
+            claim: true,
         }
     }
 }
@@ -140,6 +143,18 @@ impl RedisStoreBuilder {
     #[must_use]
     pub fn watch(mut self, watch: bool) -> Self {
         self.watch = watch;
+        self
+    }
+
+    /// Whether a reserve is first tried as one plain command, `SET key <claim> NX PX
+    /// <lease-1> GET` (default on; see [`crate::claim`]). It answers a fresh key, a
+    /// replay, key reuse and a waiter's repeated reserve without a script, and hands the
+    /// rest to the reserve script, at the cost of a second request. Off, every reserve is
+    /// the script. A grant made by the claim reports no lease end
+    /// ([`idem_core::Reservation::lease_until`] is `None`).
+    #[must_use]
+    pub fn single_command_reserve(mut self, on: bool) -> Self {
+        self.claim = on;
         self
     }
 
@@ -241,6 +256,7 @@ impl RedisStoreBuilder {
                 watch,
                 layout: self.layout,
                 command_timeout: self.command_timeout,
+                claim: self.claim,
                 scripts: Scripts::new(),
                 counters: Counters::default(),
             }),
@@ -251,7 +267,8 @@ impl RedisStoreBuilder {
 /// The record machine on Redis: a [`Store`] for a standalone server or a Cluster.
 ///
 /// Every command is one Lua script on one key ([`crate::scripts`]), judged by the server's
-/// clock; records are laid out as in [`crate::codec`] under the keys of
+/// clock, except that a reserve is first tried as one plain `SET … NX … GET`
+/// ([`crate::claim`]); records are laid out as in [`crate::codec`] under the keys of
 /// [`crate::layout`]. Cheap to clone: clones share one connection.
 ///
 /// Every failure whose effect is unknown (a timeout, a dropped connection, a server error
@@ -268,6 +285,7 @@ struct Inner {
     watch: Option<Watch>,
     layout: KeyLayout,
     command_timeout: Duration,
+    claim: bool,
     scripts: Scripts,
     counters: Counters,
 }
@@ -279,6 +297,7 @@ impl fmt::Debug for Inner {
             .field("layout", &self.layout)
             .field("command_timeout", &self.command_timeout)
             .field("watch", &self.watch.as_ref().map(Watch::channel))
+            .field("single_command_reserve", &self.claim)
             .finish_non_exhaustive()
     }
 }
@@ -316,15 +335,22 @@ impl RedisStore {
 
     /// Like [`Store::apply`], and also returns the server's clock (milliseconds since the
     /// Unix epoch) at which the script decided: the `now` of `idem_core::record::apply`.
+    /// Always runs the command's script, never the single-command reserve (which does not
+    /// read the clock).
     pub async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timestamp), StoreError> {
+        let result = self.run(operation, key, &command).await;
+        self.count(result)
+    }
+
+    /// Counts one request and how it ended.
+    fn count<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         let counters = &self.inner.counters;
         counters.commands.fetch_add(1, Ordering::Relaxed);
-        let result = self.run(operation, key, &command).await;
         match &result {
             Err(StoreError::Corrupt { .. }) => {
                 counters.corrupt.fetch_add(1, Ordering::Relaxed);
@@ -397,18 +423,7 @@ impl RedisStore {
             Command::Release { owner } => (&scripts.release, vec![token(*owner), channel()]),
             Command::Read => (&scripts.read, Vec::new()),
         };
-        let value = self.invoke(script, &redis_key, args, command).await?;
-        parse_reply(command, &redis_key, value)
-    }
-
-    async fn invoke(
-        &self,
-        script: &Script,
-        redis_key: &str,
-        args: Vec<Vec<u8>>,
-        command: &Command,
-    ) -> Result<Value, StoreError> {
-        let mut invocation = script.key(redis_key);
+        let mut invocation = script.key(&redis_key);
         for arg in args {
             invocation.arg(arg);
         }
@@ -422,6 +437,90 @@ impl RedisStore {
                 }
             }
         };
+        let value = self.within_timeout(command, call).await?;
+        parse_reply(command, &redis_key, value)
+    }
+
+    /// The lease of `command` in milliseconds if it is a reserve to try as a claim: the
+    /// key expires one millisecond before the lease end, so a lease under two milliseconds
+    /// (only a test sends one) is left to the script.
+    fn claim_lease(&self, command: &Command) -> Option<u64> {
+        let Command::Reserve { lease, .. } = command else {
+            return None;
+        };
+        let lease_ms = u64::try_from(lease.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_DEADLINE_MS);
+        (self.inner.claim && lease_ms >= 2).then_some(lease_ms)
+    }
+
+    /// The single-command reserve ([`crate::claim`]) with a lease of `lease_ms`: the record
+    /// machine's reply, or `None` when the reserve script must decide.
+    async fn claim(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+        lease_ms: u64,
+    ) -> Result<Option<Reply>, StoreError> {
+        let Command::Reserve {
+            owner, fingerprint, ..
+        } = command
+        else {
+            return Ok(None);
+        };
+        let redis_key = self.inner.layout.record_key(operation, key);
+        let mut set = redis::cmd("SET");
+        set.arg(&redis_key)
+            .arg(codec::encode_claim(*owner, *fingerprint))
+            .arg("NX")
+            .arg("PX")
+            .arg(lease_ms - 1)
+            .arg("GET");
+        let call = async {
+            let reply = match &self.inner.connection {
+                Connection::Standalone(manager) => {
+                    set.query_async::<Value>(&mut manager.clone()).await
+                }
+                Connection::Cluster(cluster) => {
+                    set.query_async::<Value>(&mut cluster.clone()).await
+                }
+            };
+            match reply {
+                // A key of another type, left untouched: the script names it.
+                Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+                other => other.map(Some),
+            }
+        };
+        let held = match self.within_timeout(command, call).await? {
+            None => return Ok(None),
+            Some(Value::Nil) => None,
+            Some(Value::BulkString(bytes)) => Some(bytes),
+            Some(other) => {
+                return Err(StoreError::unavailable(
+                    command,
+                    UnexpectedReply {
+                        script: "claim",
+                        detail: format!("{other:?}"),
+                    },
+                ));
+            }
+        };
+        let watch = self.inner.watch.is_some();
+        Ok(
+            match claim::decide(held.as_deref(), *owner, *fingerprint, watch) {
+                Decision::Answer(reply) => Some(reply),
+                Decision::Script => None,
+            },
+        )
+    }
+
+    /// Awaits `call` within the command timeout; every failure is `Unavailable`.
+    async fn within_timeout<T>(
+        &self,
+        command: &Command,
+        call: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T, StoreError> {
         let timeout = self.inner.command_timeout;
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(value)) => Ok(value),
@@ -438,6 +537,11 @@ impl Store for RedisStore {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
+        if let Some(lease_ms) = self.claim_lease(&command)
+            && let Some(reply) = self.count(self.claim(operation, key, &command, lease_ms).await)?
+        {
+            return Ok(reply);
+        }
         self.apply_timed(operation, key, command)
             .await
             .map(|(reply, _)| reply)
@@ -526,7 +630,7 @@ fn parse_reply(
                 (Some(owner), Some(until)) => {
                     let reservation = Reservation {
                         owner,
-                        lease_until: Timestamp::from_millis(until),
+                        lease_until: Some(Timestamp::from_millis(until)),
                     };
                     if tag == b'R' {
                         Reply::Reserved(reservation)

@@ -10,10 +10,10 @@ mod support;
 
 use idem::StoreError;
 use idem_core::record::{Command, Record, Reply};
-use idem_core::{Key, Operation, Timestamp};
+use idem_core::{Key, Operation};
 use idem_redis::RedisStore;
 use support::RedisServer;
-use support::differential::{TimedStore, check};
+use support::differential::{Claiming, TimedStore, Timing, check};
 
 /// Broken on purpose: as if the scripts did not check the owner token (complete, renew and
 /// release act for whoever holds the key).
@@ -35,7 +35,7 @@ impl TimedStore for Unfenced {
         operation: &Operation,
         key: &Key,
         mut command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         if let Some(record) = holder(&self.0, operation, key).await {
             match &mut command {
                 Command::Complete { owner, .. }
@@ -44,7 +44,7 @@ impl TimedStore for Unfenced {
                 _ => {}
             }
         }
-        self.0.apply_timed(operation, key, command).await
+        TimedStore::apply_timed(&self.0, operation, key, command).await
     }
 }
 
@@ -54,13 +54,13 @@ impl TimedStore for NoFingerprintCheck {
         operation: &Operation,
         key: &Key,
         mut command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         if let (Some(record), Command::Reserve { fingerprint, .. }) =
             (holder(&self.0, operation, key).await, &mut command)
         {
             *fingerprint = record.fingerprint();
         }
-        self.0.apply_timed(operation, key, command).await
+        TimedStore::apply_timed(&self.0, operation, key, command).await
     }
 }
 
@@ -82,6 +82,22 @@ fn redis_agrees_with_the_record_machine() {
         panic!("{failure}");
     }
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
+}
+
+#[test]
+fn the_single_command_reserve_agrees_with_the_record_machine() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (store, conn) = runtime.block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        (store, server.conn().await)
+    });
+    let claiming = Claiming { store, conn };
+    if let Err(failure) = check(&runtime, &claiming, 200) {
+        panic!("{failure}");
+    }
+    let stats = claiming.store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
 }
 
 #[test]

@@ -73,11 +73,16 @@ async fn a_key_through_its_life() {
         store.apply(&o, &k, reserve(1, b"a")).await.unwrap(),
         Reply::Reserved(mine)
     );
+    // The holder's lease end: the grant above came from the single-command reserve, which
+    // does not read the clock; a read fills it in from the key's expiry.
+    let Ok(Reply::Read(Some(Record::Pending { lease_until, .. }))) =
+        store.apply(&o, &k, Command::Read).await
+    else {
+        panic!("the reservation reads back as pending");
+    };
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::InFlight {
-            lease_until: mine.lease_until
-        }
+        Reply::InFlight { lease_until }
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"other")).await.unwrap(),
@@ -95,7 +100,7 @@ async fn a_key_through_its_life() {
     let Ok(Reply::Renewed(renewed)) = store.apply(&o, &k, renew(1)).await else {
         panic!("the owner renews");
     };
-    assert!(renewed.lease_until >= mine.lease_until, "I10");
+    assert!(renewed.lease_until >= Some(lease_until), "I10");
     assert_eq!(
         store
             .apply(&o, &k, complete(1, b"a", Some(b"ch_1")))
@@ -135,7 +140,9 @@ async fn a_key_through_its_life() {
         store.apply(&op("order.cancel"), &k, reserve(4, b"a")).await,
         Ok(Reply::Reserved(_))
     ));
-    assert_eq!(store.stats().commands, 15);
+    // One request each, except the first "in flight", which the claim hands to the script
+    // to mark the record for the waiter.
+    assert_eq!(store.stats().commands, 17);
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
 
@@ -186,7 +193,7 @@ async fn time_is_the_servers() {
         reply,
         Reply::Reserved(idem_core::Reservation {
             owner: OwnerToken::from_u128(1),
-            lease_until: now.saturating_add(LEASE),
+            lease_until: Some(now.saturating_add(LEASE)),
         })
     );
     let pttl: i64 = conn.pttl(&redis_key).await.unwrap();
@@ -214,6 +221,72 @@ async fn time_is_the_servers() {
         Reply::InFlight {
             lease_until: Timestamp::from_millis(now + 60_000)
         }
+    );
+}
+
+/// Redis holds a key exactly while its record is live: the key expires one millisecond
+/// before the record's deadline (Redis keeps a key while its clock is at or before the
+/// expiry; the record machine drops a record once `now` reaches the deadline). A claim's
+/// lease end is its key's expiry plus one.
+#[tokio::test]
+async fn keys_expire_exactly_when_their_records_do() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let (o, k) = (op("op"), key("k"));
+    let redis_key = store.layout().record_key(&o, &k);
+    let expiry = |conn: &mut redis::aio::MultiplexedConnection| {
+        let redis_key = redis_key.clone();
+        let mut conn = conn.clone();
+        async move {
+            let ms: i64 = redis::cmd("PEXPIRETIME")
+                .arg(&redis_key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            u64::try_from(ms).expect("the key has an expiry")
+        }
+    };
+    let read = || async {
+        let Ok(Reply::Read(Some(record))) = store.apply(&o, &k, Command::Read).await else {
+            panic!("a live record");
+        };
+        record
+    };
+
+    // A claim: the single-command reserve.
+    let before = server_now(&mut conn).await;
+    let granted = store.apply(&o, &k, reserve(1, b"a")).await.unwrap();
+    let after = server_now(&mut conn).await;
+    assert_eq!(
+        granted,
+        Reply::Reserved(idem_core::Reservation {
+            owner: OwnerToken::from_u128(1),
+            lease_until: None
+        })
+    );
+    let claim_expiry = expiry(&mut conn).await;
+    let lease_ms = 30_000;
+    assert!((before + lease_ms - 1..=after + lease_ms - 1).contains(&claim_expiry));
+    assert_eq!(
+        read().await.expires_at(),
+        Timestamp::from_millis(claim_expiry + 1)
+    );
+
+    // A script's write: a renew, then a complete.
+    let Ok(Reply::Renewed(renewed)) = store.apply(&o, &k, renew(1)).await else {
+        panic!("the owner renews");
+    };
+    let renewed_until = renewed.lease_until.expect("a renew reads the clock");
+    assert_eq!(expiry(&mut conn).await + 1, renewed_until.as_millis());
+    store
+        .apply(&o, &k, complete(1, b"a", Some(b"ok")))
+        .await
+        .unwrap();
+    let completed = read().await;
+    assert_eq!(
+        expiry(&mut conn).await + 1,
+        completed.expires_at().as_millis()
     );
 }
 

@@ -180,7 +180,10 @@ impl Variant {
                     None => return record::apply(stored, Command::Renew { owner, lease }, now),
                 };
                 Transition {
-                    reply: Reply::Renewed(Reservation { owner, lease_until }),
+                    reply: Reply::Renewed(Reservation {
+                        owner,
+                        lease_until: Some(lease_until),
+                    }),
                     write: Write::Put(extended),
                 }
             }
@@ -308,7 +311,7 @@ fn result_cache(
             // No result yet: go ahead, nothing is claimed.
             _ => unchanged(Reply::Reserved(Reservation {
                 owner,
-                lease_until: now.saturating_add(lease),
+                lease_until: Some(now.saturating_add(lease)),
             })),
         },
         Command::Complete {
@@ -323,7 +326,7 @@ fn result_cache(
         },
         Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {
             owner,
-            lease_until: now.saturating_add(lease),
+            lease_until: Some(now.saturating_add(lease)),
         })),
         Command::Release { .. } => unchanged(Reply::Released),
         Command::Read => return Err(Command::Read),

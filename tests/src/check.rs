@@ -304,7 +304,7 @@ fn store_step(
         }),
     ) = (step.command, live)
     {
-        let same = matches!(step.reply, Reply::Reserved(r) if r.owner == owner && r.lease_until == *lease_until);
+        let same = matches!(step.reply, Reply::Reserved(r) if r.owner == owner && r.lease_until == Some(*lease_until));
         if *holder == owner && (!same || changed) {
             violate(
                 Invariant::I11,

@@ -236,19 +236,25 @@ struct ShortReply<'a>(&'a Reply);
 impl fmt::Display for ShortReply<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Reply::Reserved(r) => write!(
-                f,
-                "Reserved({} until t+{})",
-                owner_label(r.owner),
-                r.lease_until.as_millis()
-            ),
+            Reply::Reserved(r) => match r.lease_until {
+                Some(until) => write!(
+                    f,
+                    "Reserved({} until t+{})",
+                    owner_label(r.owner),
+                    until.as_millis()
+                ),
+                None => write!(f, "Reserved({})", owner_label(r.owner)),
+            },
             Reply::InFlight { lease_until } => {
                 write!(f, "InFlight(until t+{})", lease_until.as_millis())
             }
             Reply::Replay { body } => write!(f, "Replay({})", BodyLabel(body.as_ref())),
             Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
             Reply::Completed(c) => write!(f, "Completed({c:?})"),
-            Reply::Renewed(r) => write!(f, "Renewed(until t+{})", r.lease_until.as_millis()),
+            Reply::Renewed(r) => match r.lease_until {
+                Some(until) => write!(f, "Renewed(until t+{})", until.as_millis()),
+                None => f.write_str("Renewed"),
+            },
             Reply::Released => write!(f, "Released"),
             Reply::Refused(r) => write!(f, "Refused({r:?})"),
             Reply::Read(record) => write!(f, "Read({})", ShortRecord(record)),

@@ -63,7 +63,7 @@ fn complete(who: AttemptId, body: &str) -> Command {
 fn granted(who: AttemptId, until: u64) -> Reply {
     Reply::Reserved(Reservation {
         owner: who.owner(),
-        lease_until: t(until),
+        lease_until: Some(t(until)),
     })
 }
 

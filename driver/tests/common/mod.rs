@@ -279,7 +279,7 @@ impl Broken {
     fn granted(&self, owner: idem::OwnerToken, lease: Duration) -> idem_core::Reservation {
         idem_core::Reservation {
             owner,
-            lease_until: self.inner.now().saturating_add(lease),
+            lease_until: Some(self.inner.now().saturating_add(lease)),
         }
     }
 }
@@ -295,7 +295,7 @@ impl Store for Broken {
             (Bug::GrantsEveryReserve, Command::Reserve { owner, .. }) => {
                 Ok(Reply::Reserved(idem_core::Reservation {
                     owner: *owner,
-                    lease_until: idem_core::Timestamp::from_millis(u64::MAX),
+                    lease_until: Some(idem_core::Timestamp::from_millis(u64::MAX)),
                 }))
             }
             (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),

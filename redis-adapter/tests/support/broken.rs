@@ -23,7 +23,7 @@ impl Store for ResultCache {
         {
             return Ok(Reply::Reserved(Reservation {
                 owner: *owner,
-                lease_until: Timestamp::from_millis(u64::MAX),
+                lease_until: Some(Timestamp::from_millis(u64::MAX)),
             }));
         }
         self.0.apply(operation, key, command).await

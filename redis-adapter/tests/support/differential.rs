@@ -3,7 +3,10 @@
 //! standalone Redis (`tests/differential.rs`) and on a Cluster (`tests/cluster.rs`).
 //!
 //! The scripts report the server's `now` with each reply; the model is stepped at that same
-//! `now`, so the comparison is exact even though the server's clock is real. Leases and
+//! `now`, so the comparison is exact even though the server's clock is real. The
+//! single-command reserve does not read the clock: a store that uses it reports the window
+//! of server time around the command instead, and the model must give the same reply at
+//! some instant in that window (a grant's unsaid lease end agrees with any). Leases and
 //! retentions of a few milliseconds, with sleeps between steps, make expiry happen often.
 
 use std::collections::HashMap;
@@ -52,14 +55,23 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
     proptest::collection::vec(step, 1..16)
 }
 
-/// A store that answers with the server's `now`: the real one, or a broken one.
+/// When, on the server's clock, a store decided.
+#[derive(Debug, Clone, Copy)]
+pub enum Timing {
+    /// At this instant.
+    At(Timestamp),
+    /// At some instant in this window, both ends included.
+    Within(Timestamp, Timestamp),
+}
+
+/// A store that says when it decided: the real one, or a broken one.
 pub trait TimedStore {
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError>;
+    ) -> Result<(Reply, Timing), StoreError>;
 }
 
 impl TimedStore for RedisStore {
@@ -68,8 +80,105 @@ impl TimedStore for RedisStore {
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
-        RedisStore::apply_timed(self, operation, key, command).await
+    ) -> Result<(Reply, Timing), StoreError> {
+        RedisStore::apply_timed(self, operation, key, command)
+            .await
+            .map(|(reply, now)| (reply, Timing::At(now)))
+    }
+}
+
+/// The real store, its reserves through [`idem::Store::apply`] so that they take the
+/// single-command path; `conn` reads the server's clock around each of them. A reserve
+/// whose reply carries a lease end, or changes nothing, is placed exactly by the model's
+/// agreement within the window.
+pub struct Claiming {
+    pub store: RedisStore,
+    pub conn: redis::aio::MultiplexedConnection,
+}
+
+async fn server_now(conn: &mut redis::aio::MultiplexedConnection) -> Result<u64, StoreError> {
+    let (secs, micros): (u64, u64) =
+        redis::cmd("TIME")
+            .query_async(conn)
+            .await
+            .map_err(|e| StoreError::Unavailable {
+                command: "time",
+                source: Box::new(e),
+            })?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+impl TimedStore for Claiming {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timing), StoreError> {
+        if !matches!(command, Command::Reserve { .. }) {
+            // Only a reserve can take the single-command path; the rest are scripts.
+            return TimedStore::apply_timed(&self.store, operation, key, command).await;
+        }
+        let mut conn = self.conn.clone();
+        let redis_key = self.store.layout().record_key(operation, key);
+        let unavailable = |command: &'static str| {
+            move |e: redis::RedisError| StoreError::Unavailable {
+                command,
+                source: Box::new(e),
+            }
+        };
+        // Whether the key was taken before: then a grant is the owner's retry of an earlier
+        // one, made at an earlier instant with its own lease.
+        let taken: bool = redis::cmd("EXISTS")
+            .arg(&redis_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable("exists"))?;
+        let before = server_now(&mut conn).await?;
+        let reply = idem::Store::apply(&self.store, operation, key, command.clone()).await?;
+        if let (Reply::Reserved(granted), Command::Reserve { lease, .. }) = (&reply, &command)
+            && granted.lease_until.is_none()
+            && !taken
+        {
+            // A fresh claim's lease end is the key's expiry plus one: the grant was made at
+            // that end less the lease. The key may already be gone (a lease of a few ms),
+            // and then the window below stands in.
+            let expiry: i64 = redis::cmd("PEXPIRETIME")
+                .arg(&redis_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable("pexpiretime"))?;
+            let lease = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            let after = server_now(&mut conn).await?;
+            if let Ok(expiry) = u64::try_from(expiry) {
+                let at = (expiry + 1).saturating_sub(lease);
+                // A claim that outlives its lease would be made after the window.
+                if !(before..=after).contains(&at) {
+                    return Err(StoreError::Unavailable {
+                        command: "reserve",
+                        source: format!(
+                            "a claim made in {before}..={after} ms expires at {expiry} ms, not one ms before its {lease} ms lease ends"
+                        )
+                        .into(),
+                    });
+                }
+                return Ok((reply, Timing::At(Timestamp::from_millis(at))));
+            }
+        }
+        let after = server_now(&mut conn).await?;
+        let window = Timing::Within(
+            Timestamp::from_millis(before),
+            Timestamp::from_millis(after),
+        );
+        Ok((reply, window))
+    }
+}
+
+/// `got` is the model's `expected`, except that a grant may leave its lease end unsaid.
+fn agrees(got: &Reply, expected: &Reply) -> bool {
+    match (got, expected) {
+        (Reply::Reserved(g), Reply::Reserved(e)) if g.lease_until.is_none() => g.owner == e.owner,
+        _ => got == expected,
     }
 }
 
@@ -95,17 +204,34 @@ pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Res
             Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
             Step::Send { slot, command } => {
                 let (operation, key) = &names[*slot];
-                let (got, now) = store
+                let (got, timing) = store
                     .apply_timed(operation, key, command.clone())
                     .await
                     .map_err(|e| format!("step {i}: store error {e}"))?;
                 let state = model.entry(*slot).or_default();
-                let expected = apply(state.as_ref(), command.clone(), now).apply_to(state);
-                if got != expected {
+                let (from, to) = match timing {
+                    Timing::At(now) => (now.as_millis(), now.as_millis()),
+                    Timing::Within(from, to) => (from.as_millis(), to.as_millis()),
+                };
+                // The earliest instant at which the model agrees: for a grant whose key is
+                // already gone, the earliest lease end is gone too by the next step.
+                let agreeing = (from..=to).find_map(|now| {
+                    let transition =
+                        apply(state.as_ref(), command.clone(), Timestamp::from_millis(now));
+                    agrees(&got, &transition.reply).then_some(transition)
+                });
+                let Some(transition) = agreeing else {
+                    let expected = apply(
+                        state.as_ref(),
+                        command.clone(),
+                        Timestamp::from_millis(from),
+                    )
+                    .reply;
                     return Err(format!(
-                        "step {i}: {command:?} on slot {slot} at {now}: redis {got:?}, model {expected:?}"
+                        "step {i}: {command:?} on slot {slot} at {timing:?}: redis {got:?}, model {expected:?}"
                     ));
-                }
+                };
+                transition.apply_to(state);
             }
         }
     }

@@ -89,8 +89,11 @@ pub struct Phase {
     pub name: &'static str,
     /// Calls, errors, window, latencies.
     pub load: LoadStats,
-    /// What the server executed during the phase.
+    /// What the server executed during the phase, commands inside scripts included.
     pub commands: CommandStats,
+    /// Requests (round trips) the clients sent: the store's own count where the phase
+    /// goes through the store, the server's count otherwise (`ping`).
+    pub requests: u64,
 }
 
 impl Phase {
@@ -100,7 +103,7 @@ impl Phase {
         if calls == 0 {
             0.0
         } else {
-            self.commands.requests() as f64 / calls as f64
+            self.requests as f64 / calls as f64
         }
     }
 }
@@ -181,7 +184,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
 
         let conn = ping_conn.clone();
         phases.push(
-            measure(&mut admin, "ping", c, window, move |_| {
+            measure(&mut admin, None, "ping", c, window, move |_| {
                 let mut conn = conn.clone();
                 async move {
                     redis::cmd("PING")
@@ -194,7 +197,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
         );
 
         let (s, o, r) = (store.clone(), options.clone(), run_id.clone());
-        let raw_fresh = measure(&mut admin, "raw_fresh", c, window, move |i| {
+        let raw_fresh = measure(&mut admin, Some(&store), "raw_fresh", c, window, move |i| {
             let (s, o, k) = (s.clone(), o.clone(), key(&r, "raw", c, i));
             async move { raw_fresh(&s, &o, &k, owner(salt, i)).await }
         })
@@ -204,16 +207,23 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
 
         let (s, o, r) = (store.clone(), options.clone(), run_id.clone());
         phases.push(
-            measure(&mut admin, "raw_replay", c, window, move |i| {
-                let (s, o) = (s.clone(), o.clone());
-                let k = key(&r, "raw", c, i % completed.max(1));
-                async move { raw_replay(&s, &o, &k, owner(!salt, i)).await }
-            })
+            measure(
+                &mut admin,
+                Some(&store),
+                "raw_replay",
+                c,
+                window,
+                move |i| {
+                    let (s, o) = (s.clone(), o.clone());
+                    let k = key(&r, "raw", c, i % completed.max(1));
+                    async move { raw_replay(&s, &o, &k, owner(!salt, i)).await }
+                },
+            )
             .await?,
         );
 
         let (co, r) = (Arc::clone(&coordinator), run_id.clone());
-        let fresh = measure(&mut admin, "fresh", c, window, move |i| {
+        let fresh = measure(&mut admin, Some(&store), "fresh", c, window, move |i| {
             let (co, k) = (Arc::clone(&co), key(&r, "fresh", c, i));
             async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
         })
@@ -223,7 +233,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
 
         let (co, r) = (Arc::clone(&coordinator), run_id.clone());
         phases.push(
-            measure(&mut admin, "replay", c, window, move |i| {
+            measure(&mut admin, Some(&store), "replay", c, window, move |i| {
                 let (co, k) = (Arc::clone(&co), key(&r, "fresh", c, i % charged.max(1)));
                 async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
             })
@@ -321,9 +331,11 @@ async fn raw_replay(
     .await
 }
 
-/// Runs one phase and reads the server's counts around it.
+/// Runs one phase and reads the server's counts around it, and the requests `store` sent
+/// (for a phase that does not go through the store, the server's count of requests).
 async fn measure<F, Fut, E>(
     admin: &mut redis::aio::MultiplexedConnection,
+    store: Option<&RedisStore>,
     name: &'static str,
     concurrency: usize,
     window: Duration,
@@ -334,13 +346,21 @@ where
     Fut: std::future::Future<Output = Result<(), E>> + Send,
     E: Send + 'static,
 {
+    let sent = || store.map(|store| store.stats().commands);
     let before = commandstats(admin).await?;
+    let sent_before = sent();
     let load = load::run(concurrency, window, call).await;
-    let after = commandstats(admin).await?;
+    let sent_after = sent();
+    let commands = commandstats(admin).await?.since(&before);
+    let requests = match (sent_before, sent_after) {
+        (Some(before), Some(after)) => after - before,
+        _ => commands.requests(),
+    };
     Ok(Phase {
         name,
         load,
-        commands: after.since(&before),
+        commands,
+        requests,
     })
 }
 
@@ -364,31 +384,38 @@ async fn hot_key(
         Arc::clone(&waiters),
         Arc::clone(&waiting_micros),
     );
-    let phase = measure(admin, "one_key", concurrency, window, move |i| {
-        let co = Arc::clone(&co);
-        let k = key(&r, "hot", concurrency, i / group);
-        let (ran, effects, waiters, waiting) = (
-            Arc::clone(&ran2),
-            Arc::clone(&effects2),
-            Arc::clone(&waiters2),
-            Arc::clone(&waiting2),
-        );
-        async move {
-            let began = Instant::now();
-            let outcome = charge(&co, &k, HOT_ACTION).await?;
-            if outcome.provenance.replayed() {
-                waiters.fetch_add(1, Ordering::Relaxed);
-                let micros = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
-                waiting.fetch_add(micros, Ordering::Relaxed);
-            } else {
-                effects.fetch_add(1, Ordering::Relaxed);
-                if let Ok(mut ran) = ran.lock() {
-                    ran.insert(k.as_str().to_owned());
+    let phase = measure(
+        admin,
+        Some(&**coordinator.store()),
+        "one_key",
+        concurrency,
+        window,
+        move |i| {
+            let co = Arc::clone(&co);
+            let k = key(&r, "hot", concurrency, i / group);
+            let (ran, effects, waiters, waiting) = (
+                Arc::clone(&ran2),
+                Arc::clone(&effects2),
+                Arc::clone(&waiters2),
+                Arc::clone(&waiting2),
+            );
+            async move {
+                let began = Instant::now();
+                let outcome = charge(&co, &k, HOT_ACTION).await?;
+                if outcome.provenance.replayed() {
+                    waiters.fetch_add(1, Ordering::Relaxed);
+                    let micros = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    waiting.fetch_add(micros, Ordering::Relaxed);
+                } else {
+                    effects.fetch_add(1, Ordering::Relaxed);
+                    if let Ok(mut ran) = ran.lock() {
+                        ran.insert(k.as_str().to_owned());
+                    }
                 }
+                Ok::<(), idem::Error<Infallible>>(())
             }
-            Ok::<(), idem::Error<Infallible>>(())
-        }
-    })
+        },
+    )
     .await?;
     let keys = ran.lock().map_or(0, |ran| ran.len() as u64);
     let hot = HotKey {
@@ -523,7 +550,7 @@ impl BenchReport {
         if hot.waiting_secs == 0.0 {
             return None;
         }
-        let waiter_requests = phase.commands.requests().saturating_sub(2 * hot.effects);
+        let waiter_requests = phase.requests.saturating_sub(2 * hot.effects);
         Some(waiter_requests as f64 / hot.waiting_secs)
     }
 

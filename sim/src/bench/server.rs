@@ -2,9 +2,10 @@
 //! the memory a key takes (`MEMORY USAGE`).
 //!
 //! Redis 7 counts the commands a Lua script runs (`redis.call`) in `commandstats` as well
-//! as the script invocation itself. The adapter talks to Redis through scripts only, so a
-//! call's round trips are its script invocations; the commands run inside them are listed
-//! apart, as work the server does per call.
+//! as the script invocation itself, and gives no count of the requests clients sent apart
+//! from them: a plain `SET` and a `SET` inside a script look the same. The bench takes a
+//! phase's requests from the store's own count and reads here what the server executed
+//! for them; a phase without scripts (`ping`) takes its requests from here.
 
 use std::collections::BTreeMap;
 
@@ -63,8 +64,10 @@ impl CommandStats {
         Self(delta)
     }
 
-    /// Requests the clients sent: script invocations, plus every other command when no
-    /// script ran (then nothing ran inside a script).
+    /// Requests the clients sent, where every request was a script invocation or none was:
+    /// the script invocations, or, when no script ran, every command. (A mix of plain
+    /// commands and scripts cannot be told apart here; the bench counts those requests at
+    /// the store.)
     pub fn requests(&self) -> u64 {
         let scripts = self.script_invocations();
         if scripts > 0 {

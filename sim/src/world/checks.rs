@@ -152,7 +152,8 @@ impl World<'_> {
             }) = live
                 && Some(*owner) == command.owner
             {
-                let same = matches!(reply, Reply::Reserved(r) if r.lease_until == *lease_until);
+                let same =
+                    matches!(reply, Reply::Reserved(r) if r.lease_until == Some(*lease_until));
                 if !same || changed {
                     fail(self, Check::ReserveIdempotent, "the reservation moved");
                 }
@@ -187,7 +188,7 @@ impl World<'_> {
         if command.name == "renew"
             && let (Some(Record::Pending { lease_until, .. }), Reply::Renewed(renewed)) =
                 (live, reply)
-            && renewed.lease_until < *lease_until
+            && renewed.lease_until.is_none_or(|until| until < *lease_until)
         {
             fail(self, Check::LeaseNeverShrinks, "the lease shrank");
         }

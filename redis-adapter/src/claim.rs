@@ -1,0 +1,251 @@
+//! The single-command reserve: `SET key <claim> NX PX <lease-1> GET`.
+//!
+//! A reserve is the first command of every call, and on a free key (a fresh call) or a
+//! completed one (a replay) the record machine's answer needs no clock: a free key is
+//! claimed, a completed one is replayed, one held under another fingerprint is key reuse.
+//! `SET … NX … GET` does all of that in one plain command, which costs the server a
+//! fraction of a script: it writes the claim only if the key is absent and returns what
+//! the key held. Redis holds a key exactly while its record is live (keys expire one
+//! millisecond before their deadline, [`crate::codec`]), so the reply describes the key at
+//! the command's own instant, and [`decide`] gives the record machine's answer at that
+//! instant.
+//!
+//! Two answers need more than the bytes: "in flight" needs the holder's lease end, which a
+//! claim keeps in the key's expiry, and, on a store that announces changes, a mark on the
+//! record so that its end is announced to the waiter. For those, and for any value that does
+//! not decode, [`decide`] hands the reserve to the script, which runs as its own atomic step
+//! (the `SET` changed nothing, since the key was taken). A grant made by the claim does
+//! not know the server's clock, so its [`Reservation::lease_until`] is `None`.
+
+use idem_core::record::{Record, Reply};
+use idem_core::{Fingerprint, OwnerToken, Reservation};
+
+use crate::codec::{self, Stored};
+
+/// The record machine's answer, or "run the reserve script".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// The record machine's reply at the instant the `SET` ran.
+    Answer(Reply),
+    /// The bytes do not settle it: run the reserve script.
+    Script,
+}
+
+/// What the record machine answers `owner`'s reserve of `fingerprint`, given the value the
+/// key held when the claim ran (`None`: the key was free, and is now claimed). `watch` is
+/// whether the store announces changes, so that a waiter must mark the record.
+pub(crate) fn decide(
+    held: Option<&[u8]>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    watch: bool,
+) -> Decision {
+    let Some(bytes) = held else {
+        // I1: the key was free and is now this caller's.
+        return Decision::Answer(Reply::Reserved(Reservation {
+            owner,
+            lease_until: None,
+        }));
+    };
+    let Ok(stored) = codec::decode_stored(bytes) else {
+        // Not a value this adapter wrote: the script names the defect.
+        return Decision::Script;
+    };
+    if stored.fingerprint() != fingerprint {
+        // I4.
+        return Decision::Answer(Reply::KeyReuse {
+            stored: stored.fingerprint(),
+        });
+    }
+    let reply = match stored {
+        // I11: the owner's own retried reserve; the lease end is in the key's expiry.
+        Stored::Claim { owner: holder, .. } if holder == owner => Reply::Reserved(Reservation {
+            owner,
+            lease_until: None,
+        }),
+        Stored::Claim { .. } => return Decision::Script,
+        Stored::Record {
+            record:
+                Record::Pending {
+                    owner: holder,
+                    lease_until,
+                    ..
+                },
+            watched,
+        } => {
+            if holder == owner {
+                Reply::Reserved(Reservation {
+                    owner,
+                    lease_until: Some(lease_until),
+                })
+            } else if watched || !watch {
+                Reply::InFlight { lease_until }
+            } else {
+                // The waiter's mark is a write: the script makes it.
+                return Decision::Script;
+            }
+        }
+        Stored::Record {
+            record: Record::Completed { body, .. },
+            ..
+        } => Reply::Replay { body },
+    };
+    Decision::Answer(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use idem_core::record::{Command, apply};
+    use idem_core::{Body, Timestamp};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn owner(n: u128) -> OwnerToken {
+        OwnerToken::from_u128(n)
+    }
+
+    fn fp(n: u8) -> Fingerprint {
+        Fingerprint::from_bytes([n; 32])
+    }
+
+    /// A live value under the key: a record (with its waiter mark) or a claim.
+    fn held() -> impl Strategy<Value = Stored> {
+        let body = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8));
+        (0..4_u8, 1..=2_u128, 0..2_u8, body, any::<bool>()).prop_map(
+            |(kind, holder, print, body, watched)| {
+                let (owner, fingerprint) = (owner(holder), fp(print));
+                let deadline = Timestamp::from_millis(50_000);
+                match kind {
+                    0 => Stored::Claim { owner, fingerprint },
+                    1 => Stored::Record {
+                        record: Record::Pending {
+                            owner,
+                            fingerprint,
+                            lease_until: deadline,
+                        },
+                        watched,
+                    },
+                    _ => Stored::Record {
+                        record: Record::Completed {
+                            owner,
+                            fingerprint,
+                            body: body.map(Body::new),
+                            expires_at: deadline,
+                        },
+                        watched: false,
+                    },
+                }
+            },
+        )
+    }
+
+    fn bytes(stored: &Stored) -> Vec<u8> {
+        match stored {
+            Stored::Claim { owner, fingerprint } => codec::encode_claim(*owner, *fingerprint),
+            Stored::Record { record, watched } => {
+                let mut bytes = codec::encode(record);
+                if *watched {
+                    bytes[3] = 4;
+                }
+                bytes
+            }
+        }
+    }
+
+    /// The record machine's view of `stored`, with the claim's lease end (the key's expiry
+    /// plus one) at `claim_until`.
+    fn as_record(stored: &Stored, claim_until: Timestamp) -> Record {
+        match stored {
+            Stored::Record { record, .. } => record.clone(),
+            Stored::Claim { owner, fingerprint } => Record::Pending {
+                owner: *owner,
+                fingerprint: *fingerprint,
+                lease_until: claim_until,
+            },
+        }
+    }
+
+    /// `got` is `expected`, except that a grant may leave its lease end unsaid.
+    fn agrees(got: &Reply, expected: &Reply) -> bool {
+        match (got, expected) {
+            (Reply::Reserved(g), Reply::Reserved(e)) => {
+                g.owner == e.owner && (g.lease_until.is_none() || g.lease_until == e.lease_until)
+            }
+            _ => got == expected,
+        }
+    }
+
+    proptest! {
+        /// Every answer the claim gives is the record machine's at any instant the key
+        /// is live: the decision needs no clock.
+        #[test]
+        fn every_answer_is_the_record_machines(
+            stored in held(),
+            caller in 1..=2_u128,
+            print in 0..2_u8,
+            watch in any::<bool>(),
+            now in 0..50_000_u64,
+            claim_until in 50_000..60_000_u64,
+        ) {
+            let (caller, print) = (owner(caller), fp(print));
+            let record = as_record(&stored, Timestamp::from_millis(claim_until));
+            let command = Command::Reserve {
+                owner: caller,
+                fingerprint: print,
+                lease: Duration::from_secs(30),
+            };
+            let expected = apply(Some(&record), command, Timestamp::from_millis(now));
+            match decide(Some(&bytes(&stored)), caller, print, watch) {
+                Decision::Answer(reply) => {
+                    prop_assert!(agrees(&reply, &expected.reply), "{reply:?} vs {:?}", expected.reply);
+                    // A waiter on a store that announces changes is only answered here if
+                    // the record already carries a waiter's mark.
+                    let marked = matches!(stored, Stored::Record { watched: true, .. });
+                    let in_flight = matches!(reply, Reply::InFlight { .. });
+                    prop_assert!(!in_flight || !watch || marked, "an unmarked waiter");
+                }
+                Decision::Script => {
+                    // Only when the answer needs the lease end of a claim or a waiter's mark.
+                    let Reply::InFlight { .. } = expected.reply else {
+                        return Err(TestCaseError::fail(format!("script for {:?}", expected.reply)));
+                    };
+                    let claim = matches!(stored, Stored::Claim { .. });
+                    let unmarked = matches!(stored, Stored::Record { watched: false, .. });
+                    prop_assert!(claim || (watch && unmarked));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_free_key_is_granted_without_a_lease_end() {
+        let got = decide(None, owner(1), fp(0), true);
+        let expected = apply(
+            None,
+            Command::Reserve {
+                owner: owner(1),
+                fingerprint: fp(0),
+                lease: Duration::from_secs(30),
+            },
+            Timestamp::from_millis(7),
+        );
+        let Decision::Answer(reply) = got else {
+            panic!("a free key needs no script")
+        };
+        assert!(agrees(&reply, &expected.reply));
+        assert!(matches!(reply, Reply::Reserved(r) if r.lease_until.is_none()));
+    }
+
+    #[test]
+    fn values_this_adapter_did_not_write_go_to_the_script() {
+        for foreign in [&b"hello"[..], &[0; 60][..], &[b'i'; 80][..]] {
+            assert_eq!(
+                decide(Some(foreign), owner(1), fp(0), false),
+                Decision::Script
+            );
+        }
+    }
+}
