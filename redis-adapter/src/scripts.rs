@@ -40,20 +40,12 @@ use redis::Script;
 const PRELUDE: &str = r#"
 local HEADER = 60
 local MAX_MS = 9007199254740991
+local TWO_32 = 4294967296
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- Eight big-endian bytes of n (below 2^53), built with one string.char call.
+-- Eight big-endian bytes of n (below 2^53): two 32-bit halves, packed in C.
 local function u64be(n)
-  local b = {}
-  for i = 8, 1, -1 do
-    b[i] = n % 256
-    n = (n - b[i]) / 256
-  end
-  return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8])
+  local low = n % TWO_32
+  return struct.pack('>I4I4', (n - low) / TWO_32, low)
 end
 
 local function later(now, ms)
@@ -85,9 +77,8 @@ local function load(key)
   if state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
-  local d1, d2, d3, d4, d5, d6, d7, d8 = string.byte(raw, 53, 60)
-  local deadline =
-    ((((((d1 * 256 + d2) * 256 + d3) * 256 + d4) * 256 + d5) * 256 + d6) * 256 + d7) * 256 + d8
+  local high, low = struct.unpack('>I4I4', raw, 53)
+  local deadline = high * TWO_32 + low
   if claim then
     if deadline ~= 0 then return false, 'a claim with a deadline' end
     local expiry = redis.call('PEXPIRETIME', key)
@@ -110,10 +101,12 @@ end
 
 local function put(key, state, owner, fp, deadline, body)
   local value = 'id' .. string.char(1, state) .. owner .. fp .. u64be(deadline) .. (body or '')
-  redis.call('SET', key, value, 'PXAT', deadline - 1)
+  -- Formatted as an integer here: Redis would print a Lua number with '%.17g'.
+  redis.call('SET', key, value, 'PXAT', string.format('%d', deadline - 1))
 end
 
-local now = now_ms()
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local rec, why = load(KEYS[1])
 if rec == false then return {'!', now, why} end
 if rec and now >= rec.deadline then rec = nil end
