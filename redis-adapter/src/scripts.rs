@@ -190,6 +190,21 @@ end
 return {'V', now, rec.raw}
 "#;
 
+/// The Lua source of the script for `command` (`reserve`, `complete`, `renew`, `release`
+/// or `read`, as [`idem_core::record::Command::name`] names them), exactly as the store
+/// loads it: for auditing, and for tools that drive a server with the scripts directly.
+pub fn source(command: &str) -> Option<String> {
+    let body = match command {
+        "reserve" => RESERVE,
+        "complete" => COMPLETE,
+        "renew" => RENEW,
+        "release" => RELEASE,
+        "read" => READ,
+        _ => return None,
+    };
+    Some(format!("{PRELUDE}{body}"))
+}
+
 /// The five scripts, each with its SHA1 computed once. `redis::Script` runs `EVALSHA` and,
 /// when the server's script cache does not hold it (a restart, `SCRIPT FLUSH`, a new
 /// Cluster node), loads it and runs `EVALSHA` again.
@@ -204,13 +219,56 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let build = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        let build = |name: &str| Script::new(&source(name).unwrap_or_default());
         Self {
-            reserve: build(RESERVE),
-            complete: build(COMPLETE),
-            renew: build(RENEW),
-            release: build(RELEASE),
-            read: build(READ),
+            reserve: build("reserve"),
+            complete: build("complete"),
+            renew: build("renew"),
+            release: build("release"),
+            read: build("read"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use idem_core::record::Command;
+    use idem_core::{Fingerprint, OwnerToken};
+
+    use super::source;
+
+    #[test]
+    fn every_command_has_its_script_under_its_own_name() {
+        let owner = OwnerToken::from_u128(1);
+        let fingerprint = Fingerprint::of_bytes(b"x");
+        let commands = [
+            Command::Reserve {
+                owner,
+                fingerprint,
+                lease: Duration::from_secs(1),
+            },
+            Command::Complete {
+                owner,
+                fingerprint,
+                body: None,
+                retention: Duration::from_secs(1),
+            },
+            Command::Renew {
+                owner,
+                lease: Duration::from_secs(1),
+            },
+            Command::Release { owner },
+            Command::Read,
+        ];
+        let sources: HashSet<String> = commands
+            .iter()
+            .map(|command| source(command.name()).expect("a script"))
+            .collect();
+        assert!(sources.iter().all(|lua| lua.contains("redis.call('TIME')")));
+        assert_eq!(sources.len(), 5, "five different scripts");
+        assert_eq!(source("publish"), None);
     }
 }

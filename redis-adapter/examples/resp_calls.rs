@@ -1,0 +1,113 @@
+//! Writes to stdout, as raw RESP, the requests the store sends for `N` calls, so that a
+//! server's own cost per call can be counted apart from any client: `fresh` is a
+//! single-command reserve and a complete script on each of `N` new keys; `replay` is the
+//! same followed by one reserve on each completed key; `scripted` is `fresh` with the
+//! reserve sent as the reserve script instead (the store's path with
+//! `single_command_reserve(false)`); `ping` is `N` PINGs.
+//!
+//! ```text
+//! cargo run -p idem-redis --example resp_calls -- fresh 20000 > fresh.resp
+//! redis-cli -p PORT --pipe < fresh.resp
+//! ```
+//!
+//! BENCHMARKS.md runs it against `redis-server` under callgrind, which counts
+//! instructions: the same count on every run, whatever else the machine is doing.
+
+use std::io::{self, Write};
+
+use idem_core::{Fingerprint, OwnerToken};
+use idem_redis::{codec, scripts};
+
+/// One request in RESP: an array of bulk strings.
+fn request(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn main() -> io::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let (Some(kind), Some(Ok(calls))) = (args.next(), args.next().map(|n| n.parse::<u64>())) else {
+        eprintln!("usage: resp_calls fresh|replay|scripted|ping N");
+        std::process::exit(2);
+    };
+    let owner = OwnerToken::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+    let fingerprint = Fingerprint::of_bytes(b"{\"amount\":100}");
+    let (owner_bytes, fingerprint_bytes) = (owner.to_bytes(), fingerprint.to_bytes());
+    let claim = codec::encode_claim(owner, fingerprint);
+    let complete = scripts::source("complete").unwrap_or_default();
+    let sha = redis::Script::new(&complete).get_hash().to_owned();
+    let reserve_script = scripts::source("reserve").unwrap_or_default();
+    let reserve_sha = redis::Script::new(&reserve_script).get_hash().to_owned();
+    let key = |i: u64| format!("idem:payment.charge:order-{i:08}");
+    // The store's reserve: a 30 s lease, the key expiring a millisecond before it ends.
+    let reserve = |out: &mut Vec<u8>, i: u64| {
+        let key = key(i);
+        request(
+            out,
+            &[
+                b"SET",
+                key.as_bytes(),
+                &claim,
+                b"NX",
+                b"PX",
+                b"29999",
+                b"GET",
+            ],
+        );
+    };
+    let mut out = Vec::new();
+    match kind.as_str() {
+        "ping" => (0..calls).for_each(|_| request(&mut out, &[b"PING"])),
+        "fresh" | "replay" | "scripted" => {
+            request(&mut out, &[b"SCRIPT", b"LOAD", complete.as_bytes()]);
+            request(&mut out, &[b"SCRIPT", b"LOAD", reserve_script.as_bytes()]);
+            for i in 0..calls {
+                if kind == "scripted" {
+                    // owner, fingerprint, a 30 s lease, no change notices.
+                    let key = key(i);
+                    let reserve: [&[u8]; 8] = [
+                        b"EVALSHA",
+                        reserve_sha.as_bytes(),
+                        b"1",
+                        key.as_bytes(),
+                        &owner_bytes,
+                        &fingerprint_bytes,
+                        b"30000",
+                        b"0",
+                    ];
+                    request(&mut out, &reserve);
+                } else {
+                    reserve(&mut out, i);
+                }
+                // As `RedisStore` sends a complete: owner, fingerprint, "a body follows",
+                // the body, one day's retention, no change channel.
+                let key = key(i);
+                let complete: [&[u8]; 10] = [
+                    b"EVALSHA",
+                    sha.as_bytes(),
+                    b"1",
+                    key.as_bytes(),
+                    &owner_bytes,
+                    &fingerprint_bytes,
+                    b"1",
+                    b"\"ch_1\"",
+                    b"86400000",
+                    b"",
+                ];
+                request(&mut out, &complete);
+            }
+            if kind == "replay" {
+                (0..calls).for_each(|i| reserve(&mut out, i));
+            }
+        }
+        _ => {
+            eprintln!("unknown kind {kind:?}: fresh, replay, scripted or ping");
+            std::process::exit(2);
+        }
+    }
+    io::stdout().lock().write_all(&out)
+}
