@@ -7,13 +7,13 @@
 //! fraction of a script: it writes the claim only if the key is absent and returns what
 //! the key held. Redis holds a key exactly while its record is live (keys expire one
 //! millisecond before their deadline, [`crate::codec`]), so the reply describes the key at
-//! the command's own instant, and [`decide`] gives the record machine's answer at that
+//! the command's own instant, and `decide` gives the record machine's answer at that
 //! instant.
 //!
 //! Two answers need more than the bytes: "in flight" needs the holder's lease end, which a
 //! claim keeps in the key's expiry, and, on a store that announces changes, a mark on the
 //! record so that its end is announced to the waiter. For those, and for any value that does
-//! not decode, [`decide`] hands the reserve to the script, which runs as its own atomic step
+//! not decode, `decide` hands the reserve to the script, which runs as its own atomic step
 //! (the `SET` changed nothing, since the key was taken). A grant made by the claim does
 //! not know the server's clock, so its [`Reservation::lease_until`] is `None`.
 

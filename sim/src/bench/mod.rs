@@ -6,16 +6,17 @@
 //! connection the adapter uses and in this order:
 //!
 //! - `ping`: raw `PING`, the round trip with no work in it;
-//! - `raw_fresh` and `raw_replay`: the adapter's own reserve and complete scripts issued
+//! - `raw_fresh` and `raw_replay`: the adapter's own reserve and complete commands issued
 //!   through [`Store::apply`] with no driver around them;
 //! - `fresh`, `replay`: [`Coordinator::execute`] on distinct keys, then again on keys
 //!   completed in the `fresh` phase;
 //! - `one_key`: groups of callers as large as the concurrency on one key each, with an
 //!   action that takes [`HOT_ACTION`]: one runs, the others wait (policy `Wait`) and replay.
 //!
-//! Each phase runs for a fixed window; the server's `INFO commandstats` before and after
-//! it gives the requests per call (see [`server`]), and `MEMORY USAGE` gives the size of a
-//! pending and of a completed record. Nothing here is asserted: the figures are reported,
+//! Each phase runs for a fixed window; the store's count of what it sent gives the requests
+//! per call, the server's `INFO commandstats` before and after it what the server executed
+//! for them (see [`server`]), and `MEMORY USAGE` the size of a pending and of a completed
+//! record. Nothing here is asserted: the figures are reported,
 //! with the ratios that BENCHMARKS.md sets targets for.
 
 pub mod load;
@@ -275,7 +276,7 @@ async fn charge(
         .await
 }
 
-/// The adapter's reserve script, issued directly; `Err` describes any other answer than
+/// The adapter's reserve, issued directly; `Err` describes any other answer than
 /// the one `expected` accepts.
 async fn reserve(
     store: &RedisStore,
