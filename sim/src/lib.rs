@@ -31,7 +31,7 @@
 //!
 //! The simulation depends on `idem-core` alone; `indicatif` is used only by the binary's
 //! progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
-//! table through the driver on a real Redis and [`bench`] measures idem on Redis against
+//! table through the driver on a real Redis and [`mod@bench`] measures idem on Redis against
 //! raw commands.
 
 mod explore;
