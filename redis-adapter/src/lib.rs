@@ -42,6 +42,6 @@ pub mod watch;
 pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout};
 pub use store::{
-    CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, RedisStore,
-    RedisStoreBuilder, StoreStats, UnexpectedReply,
+    CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    MAX_CLAIM_LEASE_MS, RedisStore, RedisStoreBuilder, StoreStats, UnexpectedReply,
 };

@@ -26,6 +26,11 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// The connect timeout used when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The longest lease the single-command reserve takes, 2^52 ms (some 142,000 years): its
+/// end stays below [`MAX_DEADLINE_MS`] while the server's clock is below 2^52 ms. A longer
+/// lease goes to the reserve script, which caps its end.
+pub const MAX_CLAIM_LEASE_MS: u64 = 1 << 52;
+
 /// The store could not be set up.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -122,7 +127,8 @@ impl RedisStoreBuilder {
 
     /// How long one command may take, round trips and script loading included (default
     /// 1 s). A command that takes longer fails with [`StoreError::Unavailable`], and may
-    /// still have run on the server. Zero is raised to one millisecond.
+    /// still have run on the server. Zero is raised to one millisecond. A reserve that the
+    /// single-command path hands to the script is two commands, each with this timeout.
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));
@@ -152,6 +158,10 @@ impl RedisStoreBuilder {
     /// rest to the reserve script, at the cost of a second request. Off, every reserve is
     /// the script. A grant made by the claim reports no lease end
     /// ([`idem_core::Reservation::lease_until`] is `None`).
+    ///
+    /// The claim is a record state (5) that a store from before this option existed reads
+    /// as corrupt: while such stores share a server with this one, turn the option off, and
+    /// on once every instance runs a version that has it.
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
         self.claim = on;
@@ -441,17 +451,16 @@ impl RedisStore {
         parse_reply(command, &redis_key, value)
     }
 
-    /// The lease of `command` in milliseconds if it is a reserve to try as a claim: the
-    /// key expires one millisecond before the lease end, so a lease under two milliseconds
-    /// (only a test sends one) is left to the script.
+    /// The lease of `command` in milliseconds if it is a reserve to try as a claim. The key
+    /// expires one millisecond before the lease end, so a lease under two milliseconds
+    /// (only a test sends one) is left to the script; so is one over [`MAX_CLAIM_LEASE_MS`],
+    /// whose end could pass the largest deadline a record holds, where the script caps it.
     fn claim_lease(&self, command: &Command) -> Option<u64> {
         let Command::Reserve { lease, .. } = command else {
             return None;
         };
-        let lease_ms = u64::try_from(lease.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(MAX_DEADLINE_MS);
-        (self.inner.claim && lease_ms >= 2).then_some(lease_ms)
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        (self.inner.claim && (2..=MAX_CLAIM_LEASE_MS).contains(&lease_ms)).then_some(lease_ms)
     }
 
     /// The single-command reserve ([`crate::claim`]) with a lease of `lease_ms`: the record
@@ -487,8 +496,11 @@ impl RedisStore {
                 }
             };
             match reply {
-                // A key of another type, left untouched: the script names it.
-                Err(error) if error.code() == Some("WRONGTYPE") => Ok(None),
+                // The server refused the command, so it changed nothing: a key of another
+                // type (`WRONGTYPE`), or a write refused where the script may still answer
+                // by reading (`OOM` under `maxmemory`, which refuses `SET … NX` even when
+                // it would not write). The script decides, or reports the error itself.
+                Err(error) if error.code().is_some() => Ok(None),
                 other => other.map(Some),
             }
         };

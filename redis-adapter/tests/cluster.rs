@@ -58,6 +58,25 @@ fn redis_cluster_agrees_with_the_record_machine() {
     assert_eq!(store.stats().unavailable, 0);
 }
 
+#[test]
+fn the_single_command_reserve_agrees_with_the_record_machine_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, conn) = runtime.block_on(async {
+        let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
+        let conn = client.get_async_connection().await.unwrap();
+        (store(&cluster, Duration::from_secs(1)).await, conn)
+    });
+    let claiming = support::differential::Claiming::new(store, conn);
+    if let Err(failure) = support::differential::check(&runtime, &claiming, 60) {
+        panic!("{failure}");
+    }
+    assert_eq!(claiming.store.stats().unavailable, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_values_and_a_stalled_node_on_a_cluster() {
     let cluster = RedisCluster::start();

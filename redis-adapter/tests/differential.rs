@@ -2,9 +2,9 @@
 //! applied to the core's record machine and to Redis through the adapter; every reply must
 //! agree, step for step (the checker is in `support/differential.rs`).
 //!
-//! The checker is shown to catch bugs: two deliberately broken stores (a script without the
-//! owner check, one without the fingerprint check), built here in the harness around the real
-//! store, must each be caught.
+//! The checker is shown to catch bugs: three deliberately broken stores (a script without the
+//! owner check, one without the fingerprint check, a claim whose key outlives its lease),
+//! built here in the harness around the real store, must each be caught.
 
 mod support;
 
@@ -92,12 +92,48 @@ fn the_single_command_reserve_agrees_with_the_record_machine() {
         let store = RedisStore::connect(&server.url()).await.unwrap();
         (store, server.conn().await)
     });
-    let claiming = Claiming { store, conn };
+    let claiming = Claiming::new(store, conn);
     if let Err(failure) = check(&runtime, &claiming, 200) {
         panic!("{failure}");
     }
     let stats = claiming.store.stats();
     assert_eq!(stats.unavailable + stats.corrupt, 0);
+}
+
+/// Without change notices nobody marks a record, so a waiter's claim answers "in flight"
+/// itself from a record's bytes.
+#[test]
+fn the_single_command_reserve_agrees_without_change_notices() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (store, conn) = runtime.block_on(async {
+        let store = RedisStore::builder()
+            .watch(false)
+            .connect(&server.url())
+            .await
+            .unwrap();
+        (store, server.conn().await)
+    });
+    let claiming = Claiming::new(store, conn);
+    if let Err(failure) = check(&runtime, &claiming, 200) {
+        panic!("{failure}");
+    }
+}
+
+#[test]
+fn the_checker_catches_a_claim_that_outlives_its_lease() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let (store, conn) = runtime.block_on(async {
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        (store, server.conn().await)
+    });
+    let broken = Claiming {
+        outlives_lease: true,
+        ..Claiming::new(store, conn)
+    };
+    let failure = check(&runtime, &broken, 256).expect_err("must be caught");
+    assert!(failure.contains("lease"), "{failure}");
 }
 
 #[test]

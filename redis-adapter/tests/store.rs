@@ -290,6 +290,98 @@ async fn keys_expire_exactly_when_their_records_do() {
     );
 }
 
+/// A server out of memory (`maxmemory` with `noeviction`) refuses `SET … NX` even where it
+/// would not write; the reserve script, which only reads a completed record, still answers:
+/// a replay stays a replay, never an unknown outcome a fail-open caller would run again.
+#[tokio::test]
+async fn a_server_out_of_memory_still_replays() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut conn = server.conn().await;
+    let (o, k) = (op("op"), key("k"));
+    assert!(matches!(
+        store.apply(&o, &k, reserve(1, b"a")).await,
+        Ok(Reply::Reserved(_))
+    ));
+    store
+        .apply(&o, &k, complete(1, b"a", Some(b"ch_1")))
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The claim itself is refused.
+    let refused: redis::RedisResult<redis::Value> = redis::cmd("SET")
+        .arg(store.layout().record_key(&o, &k))
+        .arg(codec::encode_claim(
+            OwnerToken::from_u128(2),
+            Fingerprint::of_bytes(b"a"),
+        ))
+        .arg("NX")
+        .arg("PX")
+        .arg(29_999)
+        .arg("GET")
+        .query_async(&mut conn)
+        .await;
+    assert_eq!(
+        refused.map_err(|e| e.code().map(str::to_owned)),
+        Err(Some("OOM".to_owned()))
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::Replay {
+            body: Some(Body::new(b"ch_1".to_vec()))
+        }
+    );
+    assert_eq!(
+        store.apply(&o, &k, reserve(2, b"b")).await.unwrap(),
+        Reply::KeyReuse {
+            stored: Fingerprint::of_bytes(b"a")
+        }
+    );
+}
+
+/// A lease too long for the single-command reserve goes to the script, which caps its
+/// end at the largest deadline a record holds; the longest the claim takes ends below it.
+#[tokio::test]
+async fn the_longest_leases_stay_readable() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let o = op("op");
+    for (name, lease_ms) in [
+        ("k1", u64::MAX),
+        ("k2", codec::MAX_DEADLINE_MS),
+        ("k3", idem_redis::MAX_CLAIM_LEASE_MS),
+    ] {
+        let k = key(name);
+        let command = Command::Reserve {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"a"),
+            lease: Duration::from_millis(lease_ms),
+        };
+        assert!(matches!(
+            store.apply(&o, &k, command).await,
+            Ok(Reply::Reserved(_))
+        ));
+        let Ok(Reply::Read(Some(record))) = store.apply(&o, &k, Command::Read).await else {
+            panic!("a lease of {lease_ms} ms reads back");
+        };
+        assert!(record.expires_at().as_millis() <= codec::MAX_DEADLINE_MS);
+        assert_eq!(
+            store
+                .apply(&o, &k, complete(1, b"a", Some(b"ok")))
+                .await
+                .unwrap(),
+            Reply::Completed(Completion::InTime)
+        );
+    }
+    assert_eq!(store.stats().corrupt + store.stats().unavailable, 0);
+}
+
 /// Values this adapter did not write, each planted with raw commands.
 async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: &str, kind: &str) {
     let good = codec::encode(&Record::Pending {
@@ -324,11 +416,31 @@ async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: 
             bytes.push(b'!');
             conn.set(redis_key, bytes).await.unwrap()
         }
+        // Claims of another owner, so that the single-command reserve hands them to the
+        // script, whose check they fail.
+        "claim with a deadline" => {
+            let mut bytes = foreign_claim();
+            bytes[59] = 1;
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        "claim without an expiry" => conn.set(redis_key, foreign_claim()).await.unwrap(),
+        "claim expiring past the limit" => redis::cmd("SET")
+            .arg(redis_key)
+            .arg(foreign_claim())
+            .arg("PXAT")
+            .arg(codec::MAX_DEADLINE_MS + 10)
+            .query_async(conn)
+            .await
+            .unwrap(),
         other => panic!("unknown kind {other}"),
     }
 }
 
-const FOREIGN: [&str; 10] = [
+fn foreign_claim() -> Vec<u8> {
+    codec::encode_claim(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"))
+}
+
+const FOREIGN: [&str; 13] = [
     "garbage",
     "empty string",
     "json",
@@ -339,6 +451,9 @@ const FOREIGN: [&str; 10] = [
     "unknown state",
     "truncated",
     "trailing bytes",
+    "claim with a deadline",
+    "claim without an expiry",
+    "claim expiring past the limit",
 ];
 
 #[tokio::test]

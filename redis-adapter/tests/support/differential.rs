@@ -91,12 +91,73 @@ impl TimedStore for RedisStore {
 /// single-command path; `conn` reads the server's clock around each of them. A reserve
 /// whose reply carries a lease end, or changes nothing, is placed exactly by the model's
 /// agreement within the window.
-pub struct Claiming {
+pub struct Claiming<C = redis::aio::MultiplexedConnection> {
     pub store: RedisStore,
-    pub conn: redis::aio::MultiplexedConnection,
+    /// A plain connection to the server (or, on a Cluster, one that routes by key).
+    pub conn: C,
+    /// Broken on purpose when set: the harness claims a free key itself with `SET … NX PX
+    /// lease` (the store sends `lease-1`), so the key outlives the lease by a millisecond;
+    /// anything else goes to the store's scripts.
+    pub outlives_lease: bool,
 }
 
-async fn server_now(conn: &mut redis::aio::MultiplexedConnection) -> Result<u64, StoreError> {
+impl<C: Connection> Claiming<C> {
+    pub fn new(store: RedisStore, conn: C) -> Self {
+        Self {
+            store,
+            conn,
+            outlives_lease: false,
+        }
+    }
+
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<Reply, StoreError> {
+        let Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } = command
+        else {
+            return idem::Store::apply(&self.store, operation, key, command.clone()).await;
+        };
+        if !self.outlives_lease || lease.as_millis() < 2 {
+            return idem::Store::apply(&self.store, operation, key, command.clone()).await;
+        }
+        let held: Option<Vec<u8>> = redis::cmd("SET")
+            .arg(self.store.layout().record_key(operation, key))
+            .arg(idem_redis::codec::encode_claim(*owner, *fingerprint))
+            .arg("NX")
+            .arg("PX")
+            .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg("GET")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| StoreError::Unavailable {
+                command: "claim",
+                source: Box::new(e),
+            })?;
+        match held {
+            None => Ok(Reply::Reserved(idem_core::Reservation {
+                owner: *owner,
+                lease_until: None,
+            })),
+            Some(_) => RedisStore::apply_timed(&self.store, operation, key, command.clone())
+                .await
+                .map(|(reply, _)| reply),
+        }
+    }
+}
+
+/// What `Claiming` needs of its own connection.
+pub trait Connection: redis::aio::ConnectionLike + Clone + Send + Sync {}
+
+impl<C: redis::aio::ConnectionLike + Clone + Send + Sync> Connection for C {}
+
+async fn server_now(conn: &mut impl Connection) -> Result<u64, StoreError> {
     let (secs, micros): (u64, u64) =
         redis::cmd("TIME")
             .query_async(conn)
@@ -108,7 +169,7 @@ async fn server_now(conn: &mut redis::aio::MultiplexedConnection) -> Result<u64,
     Ok(secs * 1000 + micros / 1000)
 }
 
-impl TimedStore for Claiming {
+impl<C: Connection> TimedStore for Claiming<C> {
     async fn apply_timed(
         &self,
         operation: &Operation,
@@ -135,7 +196,7 @@ impl TimedStore for Claiming {
             .await
             .map_err(unavailable("exists"))?;
         let before = server_now(&mut conn).await?;
-        let reply = idem::Store::apply(&self.store, operation, key, command.clone()).await?;
+        let reply = self.apply(operation, key, &command).await?;
         if let (Reply::Reserved(granted), Command::Reserve { lease, .. }) = (&reply, &command)
             && granted.lease_until.is_none()
             && !taken
