@@ -227,3 +227,26 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
         "the reserve is retried: {step:?}"
     );
 }
+
+#[test]
+fn a_renewal_granted_to_another_owner_does_not_extend_this_callers_lease() {
+    let lease = Options::default().lease().as_millis() as u64;
+    let mut store = None;
+    let mut a = attempt(1, 0);
+    let granted = send_and_apply(&mut a, &mut store, 0);
+    a.handle_reply(granted, at(0)).unwrap();
+    assert_eq!(a.poll(at(0)), Step::Run);
+    // The renewal goes out; its reply names another owner (a store bug or a mix-up).
+    let (step, t) = next_step(&mut a, 1);
+    let Step::Send(idem_core::record::Command::Renew { .. }) = step else {
+        panic!("expected a renewal, got {step:?}")
+    };
+    let foreign = idem_core::Reservation {
+        owner: OwnerToken::from_u128(2),
+        lease_until: Some(at(t + 10 * lease)),
+    };
+    a.handle_reply(Reply::Renewed(foreign), at(t)).unwrap();
+    // Only the lease confirmed by the reserve counts: it still ends at `lease`.
+    assert_eq!(a.lease(at(lease - 1)), LeaseState::Held);
+    assert_eq!(a.lease(at(lease)), LeaseState::Unconfirmed);
+}
