@@ -63,11 +63,27 @@ async fn the_bench_counts_two_requests_per_fresh_call_and_one_per_replay() {
             );
             assert_eq!(phase(name).load.errors, 0, "{name} at {concurrency} failed");
         }
-        // Round trips are counted by the server, not timed: exact.
+        // Round trips are counted, not timed: exact. The store counts what it sends; the
+        // server what it executed for it: a fresh call is the claim `SET` and the complete
+        // script (`EVALSHA`, and inside it `TIME`, `GET`, `PEXPIRETIME`, `SET`); a replay
+        // the claim `SET` alone.
         assert_eq!(phase("ping").requests_per_call(), 1.0);
         assert_eq!(phase("fresh").requests_per_call(), 2.0);
         assert_eq!(phase("replay").requests_per_call(), 1.0);
         assert_eq!(phase("raw_replay").requests_per_call(), 1.0);
+        for (name, executed) in [("fresh", 6), ("replay", 1)] {
+            let calls = phase(name).load.calls;
+            assert_eq!(
+                phase(name).commands.executed(),
+                executed * calls,
+                "{name} at {concurrency}: {:?}",
+                phase(name).commands
+            );
+        }
+        assert_eq!(
+            phase("replay").commands.0.get("set").copied(),
+            Some(phase("replay").load.calls)
+        );
         // One effect per hot key, however many callers shared it.
         assert_eq!(hot.effects, hot.keys, "at concurrency {concurrency}");
     }
