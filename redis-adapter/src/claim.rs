@@ -7,8 +7,8 @@
 //! fraction of a script: it writes the claim only if the key is absent and returns what
 //! the key held. Redis holds a key exactly while its record is live (keys expire one
 //! millisecond before their deadline, [`crate::codec`]), so the reply describes the key at
-//! the command's own instant, and `decide` gives the record machine's answer at that
-//! instant.
+//! the command's own instant, and `decide` asks the record machine (`record::apply`) for
+//! its answer at that instant.
 //!
 //! Two answers need more than the bytes: "in flight" needs the holder's lease end, which a
 //! claim keeps in the key's expiry, and, on a store that announces changes, a mark on the
@@ -17,8 +17,10 @@
 //! (the `SET` changed nothing, since the key was taken). A grant made by the claim does
 //! not know the server's clock, so its [`Reservation::lease_until`] is `None`.
 
-use idem_core::record::{Record, Reply};
-use idem_core::{Fingerprint, OwnerToken, Reservation};
+use std::time::Duration;
+
+use idem_core::record::{self, Command, Record, Reply, Write};
+use idem_core::{Fingerprint, OwnerToken, Reservation, Timestamp};
 
 use crate::codec::{self, Stored};
 
@@ -34,63 +36,60 @@ pub(crate) enum Decision {
 /// What the record machine answers `owner`'s reserve of `fingerprint`, given the value the
 /// key held when the claim ran (`None`: the key was free, and is now claimed). `watch` is
 /// whether the store announces changes, so that a waiter must mark the record.
+///
+/// The answer is `record::apply`'s own: the key exists, so its record is live at the `SET`'s
+/// instant, and the machine's reserve of a live record reads no clock, so any instant
+/// before the deadline stands in for it. This function only says which answers the bytes
+/// cannot give.
 pub(crate) fn decide(
     held: Option<&[u8]>,
     owner: OwnerToken,
     fingerprint: Fingerprint,
     watch: bool,
 ) -> Decision {
-    let Some(bytes) = held else {
-        // I1: the key was free and is now this caller's.
-        return Decision::Answer(Reply::Reserved(Reservation {
-            owner,
-            lease_until: None,
-        }));
-    };
-    let Ok(stored) = codec::decode_stored(bytes) else {
-        // Not a value this adapter wrote: the script names the defect.
-        return Decision::Script;
-    };
-    if stored.fingerprint() != fingerprint {
-        // I4.
-        return Decision::Answer(Reply::KeyReuse {
-            stored: stored.fingerprint(),
-        });
-    }
-    let reply = match stored {
-        // I11: the owner's own retried reserve; the lease end is in the key's expiry.
-        Stored::Claim { owner: holder, .. } if holder == owner => Reply::Reserved(Reservation {
-            owner,
-            lease_until: None,
-        }),
-        Stored::Claim { .. } => return Decision::Script,
-        Stored::Record {
-            record:
-                Record::Pending {
-                    owner: holder,
-                    lease_until,
-                    ..
-                },
-            watched,
-        } => {
-            if holder == owner {
-                Reply::Reserved(Reservation {
-                    owner,
-                    lease_until: Some(lease_until),
-                })
-            } else if watched || !watch {
-                Reply::InFlight { lease_until }
-            } else {
-                // The waiter's mark is a write: the script makes it.
-                return Decision::Script;
-            }
+    let (record, claim, watched) = match held.map(codec::decode_stored) {
+        // I1: the key was free, and the `SET` made this caller its holder.
+        None => {
+            return Decision::Answer(Reply::Reserved(Reservation {
+                owner,
+                lease_until: None,
+            }));
         }
-        Stored::Record {
-            record: Record::Completed { body, .. },
-            ..
-        } => Reply::Replay { body },
+        // Not a value this adapter wrote: the script names the defect.
+        Some(Err(_)) => return Decision::Script,
+        Some(Ok(Stored::Record { record, watched })) => (record, false, watched),
+        // A claim's lease end is the key's expiry, not in its bytes: live, until some time.
+        Some(Ok(Stored::Claim { owner, fingerprint })) => {
+            let pending = Record::Pending {
+                owner,
+                fingerprint,
+                lease_until: Timestamp::from_millis(u64::MAX),
+            };
+            (pending, true, false)
+        }
     };
-    Decision::Answer(reply)
+    let reserve = Command::Reserve {
+        owner,
+        fingerprint,
+        lease: Duration::ZERO,
+    };
+    let transition = record::apply(Some(&record), reserve, Timestamp::from_millis(0));
+    if transition.write != Write::Unchanged {
+        // Only a record the machine holds expired is written over on a reserve: the bytes
+        // contradict the key's liveness (a zero deadline), so the script judges by `TIME`.
+        return Decision::Script;
+    }
+    match transition.reply {
+        // I11: the owner's own claim; its lease end is in the key's expiry.
+        Reply::Reserved(granted) if claim => Decision::Answer(Reply::Reserved(Reservation {
+            owner: granted.owner,
+            lease_until: None,
+        })),
+        // "In flight" needs the lease end of a claim, or a waiter's mark, which is a write:
+        // the script has both.
+        Reply::InFlight { .. } if claim || (watch && !watched) => Decision::Script,
+        reply => Decision::Answer(reply),
+    }
 }
 
 #[cfg(test)]
@@ -237,6 +236,22 @@ mod tests {
         };
         assert!(agrees(&reply, &expected.reply));
         assert!(matches!(reply, Reply::Reserved(r) if r.lease_until.is_none()));
+    }
+
+    #[test]
+    fn a_record_the_machine_holds_expired_goes_to_the_script() {
+        // A live key whose record has a zero deadline: the bytes contradict the key.
+        let stale = Record::Completed {
+            owner: owner(2),
+            fingerprint: fp(0),
+            body: None,
+            expires_at: Timestamp::from_millis(0),
+        };
+        let bytes = codec::encode(&stale);
+        assert_eq!(
+            decide(Some(&bytes), owner(1), fp(0), false),
+            Decision::Script
+        );
     }
 
     #[test]

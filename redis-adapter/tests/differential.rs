@@ -84,15 +84,23 @@ fn redis_agrees_with_the_record_machine() {
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
 
+/// A store built by `builder` on `server`, its reserves taking the single-command path.
+fn claiming(
+    runtime: &tokio::runtime::Runtime,
+    server: &RedisServer,
+    builder: idem_redis::RedisStoreBuilder,
+) -> Claiming {
+    runtime.block_on(async {
+        let store = builder.connect(&server.url()).await.unwrap();
+        Claiming::new(store, server.conn().await)
+    })
+}
+
 #[test]
 fn the_single_command_reserve_agrees_with_the_record_machine() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let (store, conn) = runtime.block_on(async {
-        let store = RedisStore::connect(&server.url()).await.unwrap();
-        (store, server.conn().await)
-    });
-    let claiming = Claiming::new(store, conn);
+    let claiming = claiming(&runtime, &server, RedisStore::builder());
     if let Err(failure) = check(&runtime, &claiming, 200) {
         panic!("{failure}");
     }
@@ -106,15 +114,7 @@ fn the_single_command_reserve_agrees_with_the_record_machine() {
 fn the_single_command_reserve_agrees_without_change_notices() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let (store, conn) = runtime.block_on(async {
-        let store = RedisStore::builder()
-            .watch(false)
-            .connect(&server.url())
-            .await
-            .unwrap();
-        (store, server.conn().await)
-    });
-    let claiming = Claiming::new(store, conn);
+    let claiming = claiming(&runtime, &server, RedisStore::builder().watch(false));
     if let Err(failure) = check(&runtime, &claiming, 200) {
         panic!("{failure}");
     }
@@ -124,13 +124,9 @@ fn the_single_command_reserve_agrees_without_change_notices() {
 fn the_checker_catches_a_claim_that_outlives_its_lease() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let (store, conn) = runtime.block_on(async {
-        let store = RedisStore::connect(&server.url()).await.unwrap();
-        (store, server.conn().await)
-    });
     let broken = Claiming {
         outlives_lease: true,
-        ..Claiming::new(store, conn)
+        ..claiming(&runtime, &server, RedisStore::builder())
     };
     let failure = check(&runtime, &broken, 256).expect_err("must be caught");
     assert!(failure.contains("lease"), "{failure}");

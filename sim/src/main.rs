@@ -218,21 +218,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints one row of the table and, if it differs from the article's, what was expected;
+/// true when it matches.
+fn print_row(scenario: &idem_sim::Scenario, row: &idem_sim::RowResult) -> bool {
+    println!("{}", row.line(scenario));
+    let matches = row.matches(scenario);
+    if !matches {
+        println!(
+            "  MISMATCH: expected responses=[{}] charges=[{}]",
+            scenario.expected_responses.join(", "),
+            scenario.expected_charges.join(", ")
+        );
+    }
+    matches
+}
+
 /// Prints every row; true when each matches its expectation and passes every check.
 fn table(trace: bool) -> bool {
     let mut ok = true;
     for scenario in SCENARIOS {
         match scenario.simulate(trace) {
             Ok((row, report)) => {
-                println!("{}", row.line(scenario));
-                if !row.matches(scenario) {
-                    ok = false;
-                    println!(
-                        "  MISMATCH: expected responses=[{}] charges=[{}]",
-                        scenario.expected_responses.join(", "),
-                        scenario.expected_charges.join(", ")
-                    );
-                }
+                ok &= print_row(scenario, &row);
                 // The result cache is the deliberately broken row: its second charge is
                 // the violation the table exists to show.
                 if scenario.store != idem_sim::TableStore::ResultCache {
@@ -271,15 +278,7 @@ fn redis_table(url: &str) -> bool {
         Ok(rows) => {
             let mut ok = true;
             for (scenario, row) in rows {
-                println!("{}", row.line(scenario));
-                if !row.matches(scenario) {
-                    ok = false;
-                    println!(
-                        "  MISMATCH: expected responses=[{}] charges=[{}]",
-                        scenario.expected_responses.join(", "),
-                        scenario.expected_charges.join(", ")
-                    );
-                }
+                ok &= print_row(scenario, &row);
             }
             ok
         }
