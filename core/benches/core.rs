@@ -37,7 +37,7 @@ fn run_attempt(record: &mut Option<Record>, owner: u128, fingerprint: Fingerprin
     );
     loop {
         match attempt.poll(now) {
-            Step::Send(command) => {
+            Step::Send { command, .. } => {
                 let reply = apply(record.as_ref(), command, now).apply_to(record);
                 attempt.handle_reply(reply, now).unwrap();
             }

@@ -28,12 +28,12 @@ pub mod time;
 pub mod token;
 
 pub use attempt::{
-    ActionResult, Attempt, Execution, LeaseState, Outcome, Protection, ProtocolError, Recording,
-    Step,
+    Abandonment, ActionResult, Attempt, Execution, LeaseState, Outcome, Protection, ProtocolError,
+    Recording, Step,
 };
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};
 pub use key::{Key, KeyError, Operation, OperationError};
 pub use options::{InFlightPolicy, Options, OptionsBuilder, OptionsError, StoreFailurePolicy};
-pub use record::{Body, Command, Completion, Record, Refusal, Reply, Reservation};
+pub use record::{Body, Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
 pub use time::Timestamp;
 pub use token::{OwnerToken, ParseOwnerTokenError};

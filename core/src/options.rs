@@ -55,6 +55,7 @@ pub struct Options {
     backoff_max: Duration,
     max_body_bytes: usize,
     store_retries: u32,
+    reply_timeout: Duration,
 }
 
 impl Default for Options {
@@ -70,6 +71,7 @@ impl Default for Options {
             backoff_max: Duration::from_millis(500),
             max_body_bytes: 1024 * 1024,
             store_retries: 2,
+            reply_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -77,7 +79,8 @@ impl Default for Options {
 impl Options {
     /// Starts from the defaults: policy `Wait`, fail open, lease 30 s renewed every 10 s,
     /// retention 24 h, waiter deadline 10 s, backoff 10 ms doubling to 500 ms, bodies up to
-    /// 1 MiB, two retries of a store command whose outcome is unknown.
+    /// 1 MiB, two retries of a store command whose outcome is unknown, and 500 ms for a store
+    /// reply.
     pub fn builder() -> OptionsBuilder {
         OptionsBuilder::default()
     }
@@ -122,6 +125,11 @@ impl Options {
     pub fn store_retries(&self) -> u32 {
         self.store_retries
     }
+    /// How long a store command may go unanswered before the attempt counts it as failed,
+    /// with its effect unknown (rule 12: the deadline is the core's, drivers enforce it).
+    pub fn reply_timeout(&self) -> Duration {
+        self.reply_timeout
+    }
 }
 
 /// Builds [`Options`]; see [`Options::builder`].
@@ -137,6 +145,7 @@ pub struct OptionsBuilder {
     backoff_max: Option<Duration>,
     max_body_bytes: Option<usize>,
     store_retries: Option<u32>,
+    reply_timeout: Option<Duration>,
 }
 
 macro_rules! setters {
@@ -175,6 +184,10 @@ impl OptionsBuilder {
         max_body_bytes: usize;
         /// At most 10. Default 2.
         store_retries: u32;
+        /// Above zero and below the renewal interval, so that a renewal that is never
+        /// answered is retried before the lease runs out. Default 500 ms, or half the
+        /// renewal interval if that is shorter.
+        reply_timeout: Duration;
     }
 
     /// Checks every limit and returns the options, or the first rule broken.
@@ -188,6 +201,10 @@ impl OptionsBuilder {
         let wait_deadline = self.wait_deadline.unwrap_or(defaults.wait_deadline);
         let max_body_bytes = self.max_body_bytes.unwrap_or(defaults.max_body_bytes);
         let store_retries = self.store_retries.unwrap_or(defaults.store_retries);
+        // Unset, it also fits a short renewal interval: at most half of it.
+        let reply_timeout = self
+            .reply_timeout
+            .unwrap_or(defaults.reply_timeout.min(renew_every / 2));
 
         if retention < MIN_RETENTION {
             return Err(OptionsError::RetentionTooShort { retention });
@@ -219,6 +236,12 @@ impl OptionsBuilder {
         if store_retries > MAX_STORE_RETRIES {
             return Err(OptionsError::TooManyStoreRetries { store_retries });
         }
+        if reply_timeout.is_zero() || reply_timeout >= renew_every {
+            return Err(OptionsError::ReplyTimeoutNotWithinRenewal {
+                reply_timeout,
+                renew_every,
+            });
+        }
         Ok(Options {
             in_flight: self.in_flight.unwrap_or(defaults.in_flight),
             on_store_failure: self.on_store_failure.unwrap_or(defaults.on_store_failure),
@@ -230,6 +253,7 @@ impl OptionsBuilder {
             backoff_max,
             max_body_bytes,
             store_retries,
+            reply_timeout,
         })
     }
 }
@@ -285,6 +309,16 @@ pub enum OptionsError {
     BodyLimitTooLarge {
         /// The refused limit.
         max_body_bytes: usize,
+    },
+    /// The reply timeout is zero or not shorter than the renewal interval.
+    #[error(
+        "reply timeout {reply_timeout:?} must be above zero and below the renewal interval {renew_every:?}"
+    )]
+    ReplyTimeoutNotWithinRenewal {
+        /// The refused timeout.
+        reply_timeout: Duration,
+        /// The renewal interval it was compared with.
+        renew_every: Duration,
     },
     /// More than [`MAX_STORE_RETRIES`] retries.
     #[error("{store_retries} store retries requested; at most {MAX_STORE_RETRIES} are accepted")]

@@ -56,6 +56,31 @@ impl fmt::Debug for Body {
     }
 }
 
+/// What a completed record holds for the requests that replay it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StoredResult {
+    /// The action succeeded; this is its encoded value, replayed byte for byte (`I8`).
+    Value(Body),
+    /// The action succeeded, but its value was not kept: it was over the body limit, or the
+    /// driver could not encode it (rule 9). The effect happened; a replay says "result not
+    /// stored" and never runs the action again.
+    NotStored,
+    /// The action panicked (or its value panicked while being encoded): whether its effect
+    /// happened is unknown. Recording that, rather than releasing the key, is what keeps a
+    /// retry from a second effect (rule 11); a replay says "outcome unknown".
+    Panicked,
+}
+
+impl StoredResult {
+    /// The stored value, if there is one.
+    pub fn value(&self) -> Option<&Body> {
+        match self {
+            StoredResult::Value(body) => Some(body),
+            StoredResult::NotStored | StoredResult::Panicked => None,
+        }
+    }
+}
+
 /// The state of a key that holds something. An absent key is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
@@ -77,8 +102,8 @@ pub enum Record {
         owner: OwnerToken,
         /// What request it answers.
         fingerprint: Fingerprint,
-        /// The stored result, or `None` when it was over the size limit and not stored.
-        body: Option<Body>,
+        /// What identical requests are answered with.
+        result: StoredResult,
         /// When retention runs out, on the store's clock.
         expires_at: Timestamp,
     },
@@ -135,8 +160,8 @@ pub enum Command {
         owner: OwnerToken,
         /// The request's fingerprint; used only when the key no longer holds the reservation.
         fingerprint: Fingerprint,
-        /// The result, or `None` when it is not to be stored (over the size limit).
-        body: Option<Body>,
+        /// What identical requests will be answered with.
+        result: StoredResult,
         /// How long the result is replayed.
         retention: Duration,
     },
@@ -230,11 +255,10 @@ pub enum Reply {
         /// When the holder's lease runs out unless renewed, on the store's clock.
         lease_until: Timestamp,
     },
-    /// Reserve: an identical request completed; its result (or `None` if it was not
-    /// stored).
+    /// Reserve: an identical request completed; what its record holds.
     Replay {
         /// The stored result.
-        body: Option<Body>,
+        result: StoredResult,
     },
     /// Reserve: the key belongs to a request with another fingerprint (`I4`).
     KeyReuse {
@@ -323,9 +347,9 @@ pub fn apply(stored: Option<&Record>, command: Command, now: Timestamp) -> Trans
         Command::Complete {
             owner,
             fingerprint,
-            body,
+            result,
             retention,
-        } => complete(live, owner, fingerprint, body, retention, now),
+        } => complete(live, owner, fingerprint, result, retention, now),
         Command::Renew { owner, lease } => renew(live, owner, lease, now),
         Command::Release { owner } => release(live, owner),
         Command::Read => Transition::unchanged(Reply::Read(live.cloned())),
@@ -359,13 +383,22 @@ fn reserve(
             }),
         };
     };
+    Transition::unchanged(reserve_live(record, owner, fingerprint))
+}
+
+/// The answer to a reserve of a **live** record, which changes nothing and reads no clock:
+/// key reuse for another fingerprint (`I4`), the owner's own reservation back (`I11`), "in
+/// flight" for another owner's, or the completed result. A store that learns a key is live
+/// without reading its clock (the Redis single-command reserve) asks this function, so that
+/// "needs no clock" is a fact of the signature.
+pub fn reserve_live(record: &Record, owner: OwnerToken, fingerprint: Fingerprint) -> Reply {
     if record.fingerprint() != fingerprint {
         // I4: another request's record; never replayed, never waited for.
-        return Transition::unchanged(Reply::KeyReuse {
+        return Reply::KeyReuse {
             stored: record.fingerprint(),
-        });
+        };
     }
-    Transition::unchanged(match record {
+    match record {
         Record::Pending {
             owner: holder,
             lease_until,
@@ -378,15 +411,17 @@ fn reserve(
         Record::Pending { lease_until, .. } => Reply::InFlight {
             lease_until: *lease_until,
         },
-        Record::Completed { body, .. } => Reply::Replay { body: body.clone() },
-    })
+        Record::Completed { result, .. } => Reply::Replay {
+            result: result.clone(),
+        },
+    }
 }
 
 fn complete(
     live: Option<&Record>,
     owner: OwnerToken,
     fingerprint: Fingerprint,
-    body: Option<Body>,
+    result: StoredResult,
     retention: Duration,
     now: Timestamp,
 ) -> Transition {
@@ -399,7 +434,7 @@ fn complete(
             write: Write::Put(Record::Completed {
                 owner,
                 fingerprint,
-                body,
+                result,
                 expires_at,
             }),
         },
@@ -414,7 +449,7 @@ fn complete(
             write: Write::Put(Record::Completed {
                 owner,
                 fingerprint: *held,
-                body,
+                result,
                 expires_at,
             }),
         },

@@ -5,7 +5,7 @@ use std::time::Duration;
 use idem_core::record::apply;
 use idem_core::{
     ActionResult, Attempt, Body, Fingerprint, InFlightPolicy, Key, Operation, Options, Outcome,
-    OwnerToken, Record, Recording, Step, StoreFailurePolicy, Timestamp,
+    OwnerToken, Record, Recording, Step, StoreFailurePolicy, StoredResult, Timestamp,
 };
 
 fn attempt(owner: u128, fp: u8, options: Options, now: u64) -> Attempt {
@@ -29,7 +29,7 @@ fn drive(
 ) -> Outcome {
     for _ in 0..10_000 {
         match a.poll(Timestamp::from_millis(*now)) {
-            Step::Send(cmd) => {
+            Step::Send { command: cmd, .. } => {
                 let reply =
                     apply(store.as_ref(), cmd, Timestamp::from_millis(*now)).apply_to(store);
                 a.handle_reply(reply, Timestamp::from_millis(*now)).unwrap();
@@ -69,7 +69,7 @@ fn fresh_then_replay() {
     assert_eq!(
         o,
         Outcome::Replayed {
-            body: Some(Body::new("ch_1"))
+            result: StoredResult::Value(Body::new("ch_1"))
         }
     );
 }
@@ -124,7 +124,7 @@ fn failure_is_released_then_retry_runs() {
 fn raise_reports_in_progress_and_wait_times_out() {
     let mut store = None;
     let mut holder = attempt(1, 1, Options::default(), 0);
-    let Step::Send(cmd) = holder.poll(Timestamp::ZERO) else {
+    let Step::Send { command: cmd, .. } = holder.poll(Timestamp::ZERO) else {
         panic!()
     };
     apply(store.as_ref(), cmd, Timestamp::ZERO).apply_to(&mut store);
@@ -171,7 +171,7 @@ fn fail_closed_runs_nothing_fail_open_runs() {
         let mut now = 0u64;
         let outcome = loop {
             match a.poll(Timestamp::from_millis(now)) {
-                Step::Send(_) => a.handle_store_error(Timestamp::from_millis(now)).unwrap(),
+                Step::Send { .. } => a.handle_store_error(Timestamp::from_millis(now)).unwrap(),
                 Step::Run => {
                     ran = true;
                     a.handle_action_result(
@@ -204,7 +204,7 @@ fn slow_action_renews_its_lease_and_keeps_the_key() {
     let outcome = loop {
         let ts = Timestamp::from_millis(now);
         match a.poll(ts) {
-            Step::Send(cmd) => {
+            Step::Send { command: cmd, .. } => {
                 if matches!(cmd, idem_core::Command::Renew { .. }) {
                     renewals += 1;
                 }
@@ -256,5 +256,10 @@ fn oversized_result_completes_without_body() {
         Some("ch_2"),
         &mut now,
     );
-    assert_eq!(o, Outcome::Replayed { body: None });
+    assert_eq!(
+        o,
+        Outcome::Replayed {
+            result: StoredResult::NotStored
+        }
+    );
 }

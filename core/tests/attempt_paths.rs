@@ -8,7 +8,8 @@ use std::time::Duration;
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, apply};
 use idem_core::{
     ActionResult, Attempt, Body, Fingerprint, InFlightPolicy, Key, LeaseState, Operation, Options,
-    Outcome, OwnerToken, Protection, ProtocolError, Recording, Step, StoreFailurePolicy, Timestamp,
+    Outcome, OwnerToken, Protection, ProtocolError, Recording, Step, StoreFailurePolicy,
+    StoredResult, Timestamp,
 };
 use proptest::prelude::*;
 
@@ -21,6 +22,11 @@ enum Fault {
     Down,
     /// Applied, but the reply is lost; the caller sees a failure.
     ReplyLost,
+    /// Applied, and no reply ever comes: the attempt must give up at its own reply
+    /// deadline (rule 12).
+    Hang,
+    /// Not applied: the key holds a value that is not a record.
+    Corrupt,
 }
 
 type FaultFn = Box<dyn FnMut(&Command, u64) -> Fault>;
@@ -41,6 +47,8 @@ struct World {
     runs: u32,
     /// The reservation's state at every poll, with the poll's time.
     lease_seen: Vec<(u64, LeaseState)>,
+    /// The key holds a value that is not a record.
+    corrupt: bool,
 }
 
 impl World {
@@ -55,6 +63,7 @@ impl World {
             sent: Vec::new(),
             runs: 0,
             lease_seen: Vec::new(),
+            corrupt: false,
         }
     }
 
@@ -90,14 +99,26 @@ impl World {
             }
             self.lease_seen.push((self.now, attempt.lease(now)));
             match attempt.poll(now) {
-                Step::Send(command) => {
+                Step::Send { command, .. } => {
                     self.sent.push((command.name(), self.now));
                     let fault = (self.fault)(&command, self.now);
+                    if fault == Fault::Corrupt || self.corrupt {
+                        // Something else wrote a value that is not a record over the key;
+                        // from now on every command finds it and changes nothing.
+                        self.corrupt = true;
+                        self.store = None;
+                        attempt.handle_corrupt_record(now).unwrap();
+                        continue;
+                    }
                     if fault != Fault::Down {
                         let reply = apply(self.store.as_ref(), command, now);
                         let reply = reply.apply_to(&mut self.store);
                         if fault == Fault::None {
                             attempt.handle_reply(reply, now).unwrap();
+                            continue;
+                        }
+                        if fault == Fault::Hang {
+                            assert!(attempt.awaiting_reply());
                             continue;
                         }
                     }
@@ -262,7 +283,7 @@ fn a_complete_whose_reply_was_lost_is_retried_and_recognised() {
         Command::Complete {
             owner: OwnerToken::from_u128(1),
             fingerprint: fp(1),
-            body: None,
+            result: StoredResult::NotStored,
             retention: Duration::from_secs(60),
         },
         Timestamp::from_millis(world.now),
@@ -349,7 +370,7 @@ fn a_waiter_replays_a_completion_and_runs_after_a_release() {
                     Command::Complete {
                         owner: holder,
                         fingerprint: fp(1),
-                        body: Some(Body::new("ch_0")),
+                        result: StoredResult::Value(Body::new("ch_0")),
                         retention: Duration::from_secs(60),
                     }
                 } else {
@@ -363,7 +384,7 @@ fn a_waiter_replays_a_completion_and_runs_after_a_release() {
             assert_eq!(
                 outcome,
                 Outcome::Replayed {
-                    body: Some(Body::new("ch_0"))
+                    result: StoredResult::Value(Body::new("ch_0"))
                 }
             );
             assert_eq!(world.runs, 0);
@@ -426,7 +447,7 @@ fn inputs_that_were_not_awaited_are_protocol_errors() {
         a.handle_action_result(done.clone(), now),
         Err(ProtocolError::ActionNotRunning)
     );
-    let Step::Send(command) = a.poll(now) else {
+    let Step::Send { command, .. } = a.poll(now) else {
         panic!("first step is a reserve")
     };
     let mut store = None;
@@ -449,13 +470,21 @@ fn inputs_that_were_not_awaited_are_protocol_errors() {
 fn a_reply_that_answers_another_command_is_a_store_failure() {
     let mut a = attempt(Options::default());
     let now = Timestamp::ZERO;
-    assert!(matches!(a.poll(now), Step::Send(Command::Reserve { .. })));
+    assert!(matches!(
+        a.poll(now),
+        Step::Send {
+            command: Command::Reserve { .. },
+            ..
+        }
+    ));
     // A buggy store answers a reserve with `Released`: the reserve is retried, not trusted.
     a.handle_reply(Reply::Released, now).unwrap();
     assert!(matches!(a.poll(now), Step::Wait { until: Some(_) }));
     // A reservation for another owner is not ours either.
     let mut a = attempt(Options::default());
-    let Step::Send(_) = a.poll(now) else { panic!() };
+    let Step::Send { .. } = a.poll(now) else {
+        panic!()
+    };
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
         lease_until: Some(Timestamp::from_millis(30_000)),
@@ -469,28 +498,34 @@ fn a_reply_that_answers_another_command_is_a_store_failure() {
 struct Scenario {
     faults: Vec<Fault>,
     action_ms: u64,
-    succeeds: bool,
+    /// 0 succeeds, 1 fails, 2 panics.
+    ends: u8,
     fail_closed: bool,
     raise: bool,
     holder: Option<u64>,
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
-    let fault =
-        prop_oneof![6 => Just(Fault::None), 2 => Just(Fault::Down), 1 => Just(Fault::ReplyLost)];
+    let fault = prop_oneof![
+        12 => Just(Fault::None),
+        4 => Just(Fault::Down),
+        2 => Just(Fault::ReplyLost),
+        2 => Just(Fault::Hang),
+        1 => Just(Fault::Corrupt),
+    ];
     (
         proptest::collection::vec(fault, 0..40),
         1u64..5_000,
-        any::<bool>(),
+        0u8..3,
         any::<bool>(),
         any::<bool>(),
         proptest::option::of(1u64..3_000),
     )
         .prop_map(
-            |(faults, action_ms, succeeds, fail_closed, raise, holder)| Scenario {
+            |(faults, action_ms, ends, fail_closed, raise, holder)| Scenario {
                 faults,
                 action_ms,
-                succeeds,
+                ends,
                 fail_closed,
                 raise,
                 holder,
@@ -517,7 +552,12 @@ proptest! {
             world.store = Some(someone_else(until));
         }
         let body = Body::new("ch_1");
-        let result = if s.succeeds { ActionResult::Succeeded(body.clone()) } else { ActionResult::Failed };
+        let result = match s.ends {
+            0 => ActionResult::Succeeded(body.clone()),
+            1 => ActionResult::Failed,
+            _ => ActionResult::Panicked,
+        };
+        let corrupt_seen = s.faults.contains(&Fault::Corrupt);
         world.action = Some((s.action_ms, result));
         let mut faults = s.faults.clone().into_iter();
         world.fault = Box::new(move |_, _| faults.next().unwrap_or(Fault::None));
@@ -525,18 +565,23 @@ proptest! {
         let end = Timestamp::from_millis(world.now);
         let live = world.store.clone().filter(|r| !r.is_expired(end));
         match &outcome {
-            Outcome::Executed(e) => {
+            Outcome::Executed(e) | Outcome::Panicked(e) => {
+                let panicked = matches!(outcome, Outcome::Panicked(_));
                 prop_assert_eq!(world.runs, 1);
-                prop_assert!(s.succeeds);
+                prop_assert_eq!(s.ends, if panicked { 2 } else { 0 });
                 prop_assert!(e.protection == Protection::Reserved || !s.fail_closed);
                 if e.record == Recording::Stored {
-                    let stored = matches!(&live, Some(Record::Completed { body: Some(b), .. }) if *b == body);
+                    let expected = if panicked { StoredResult::Panicked } else { StoredResult::Value(body.clone()) };
+                    let stored = matches!(&live, Some(Record::Completed { result, .. }) if *result == expected);
                     prop_assert!(stored, "reported stored, store holds {:?}", live);
+                }
+                if e.record == Recording::CorruptRecord {
+                    prop_assert!(corrupt_seen);
                 }
             }
             Outcome::ActionFailed { released } => {
                 prop_assert_eq!(world.runs, 1);
-                prop_assert!(!s.succeeds);
+                prop_assert_eq!(s.ends, 1);
                 // I5: nothing of ours is recorded; released means no live reservation of ours.
                 let ours = live.as_ref().is_some_and(|r| r.owner() == OwnerToken::from_u128(1));
                 prop_assert!(!(ours && *released), "released but still holding: {:?}", live);
@@ -551,7 +596,12 @@ proptest! {
                 prop_assert!(s.holder.is_some());
                 prop_assert_eq!(world.runs, 0);
             }
-            Outcome::Replayed { .. } | Outcome::KeyReuse { .. } => {
+            Outcome::CorruptRecord => {
+                // Rule 11: a corrupt record runs nothing, whatever the failure policy.
+                prop_assert!(corrupt_seen);
+                prop_assert_eq!(world.runs, 0);
+            }
+            Outcome::Replayed { .. } | Outcome::KeyReuse { .. } | Outcome::Abandoned(_) => {
                 prop_assert!(false, "nothing completed or reused the key: {:?}", outcome);
             }
         }
@@ -598,6 +648,6 @@ fn an_unprotected_action_has_no_lease_to_report() {
     world.fault = Box::new(|_, _| Fault::Down);
     let outcome = world.run(&mut attempt(Options::default()));
     assert_eq!(executed(&outcome).protection, Protection::FailedOpen);
-    assert!(world.lease_seen.iter().all(|(_, s)| *s == LeaseState::None));
+    assert!(world.lease_seen.iter().all(|(_, s)| *s != LeaseState::Held));
     assert_eq!(world.sent("renew"), 0);
 }

@@ -7,7 +7,7 @@ use common::at;
 use idem_core::record::apply;
 use idem_core::{
     ActionResult, Attempt, Body, LeaseState, Options, Outcome, OwnerToken, Record, Recording,
-    Reply, Step,
+    Reply, Step, StoredResult,
 };
 
 fn attempt(owner: u128, now: u64) -> Attempt {
@@ -17,7 +17,7 @@ fn attempt(owner: u128, now: u64) -> Attempt {
 /// Polls at `now` and applies the command it sends to `store`, returning the reply.
 fn send_and_apply(a: &mut Attempt, store: &mut Option<Record>, now: u64) -> Reply {
     match a.poll(at(now)) {
-        Step::Send(cmd) => apply(store.as_ref(), cmd, at(now)).apply_to(store),
+        Step::Send { command: cmd, .. } => apply(store.as_ref(), cmd, at(now)).apply_to(store),
         other => panic!("expected a command at {now}, got {other:?}"),
     }
 }
@@ -37,7 +37,7 @@ fn next_step(a: &mut Attempt, mut now: u64) -> (Step, u64) {
 /// feeds back the reply; returns when that happened.
 fn resend_and_feed(a: &mut Attempt, store: &mut Option<Record>, from: u64) -> u64 {
     let (step, t) = next_step(a, from);
-    let Step::Send(cmd) = step else {
+    let Step::Send { command: cmd, .. } = step else {
         panic!("expected a command after {from}, got {step:?}")
     };
     let reply = apply(store.as_ref(), cmd, at(t)).apply_to(store);
@@ -62,7 +62,7 @@ fn a_reserve_retried_after_a_lost_reply_counts_its_lease_from_the_first_send() {
     assert_eq!(a.lease(at(lease - 1)), LeaseState::Held);
     assert_eq!(a.lease(at(lease)), LeaseState::Unconfirmed);
     let renew_at = Options::default().renew_every().as_millis() as u64;
-    assert!(matches!(a.poll(at(renew_at)), Step::Send(_)));
+    assert!(matches!(a.poll(at(renew_at)), Step::Send { .. }));
 }
 
 #[test]
@@ -154,7 +154,9 @@ fn an_unrecordable_result_completes_the_key_without_a_body() {
     retry.handle_reply(reply, at(10)).unwrap();
     assert_eq!(
         retry.poll(at(10)),
-        Step::Done(Outcome::Replayed { body: None })
+        Step::Done(Outcome::Replayed {
+            result: StoredResult::NotStored
+        })
     );
 }
 
@@ -177,7 +179,7 @@ fn a_change_notice_wakes_a_waiter_at_once() {
     };
     assert!(backoff > at(1));
     assert!(waiter.handle_record_changed(at(1)));
-    assert!(matches!(waiter.poll(at(1)), Step::Send(_)));
+    assert!(matches!(waiter.poll(at(1)), Step::Send { .. }));
     // With the reserve outstanding, a notice changes nothing.
     assert!(!waiter.handle_record_changed(at(1)));
 }
@@ -212,7 +214,7 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
     // A store that answers a reserve with someone else's reservation is broken; the machine
     // must not run the action on it, and treats the answer as a failed command.
     let mut a = attempt(1, 0);
-    let Step::Send(_) = a.poll(at(0)) else {
+    let Step::Send { .. } = a.poll(at(0)) else {
         panic!("expected a reserve")
     };
     let foreign = idem_core::Reservation {
@@ -223,7 +225,7 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
     assert_ne!(a.poll(at(0)), Step::Run);
     let (step, _) = next_step(&mut a, 0);
     assert!(
-        matches!(step, Step::Send(_)),
+        matches!(step, Step::Send { .. }),
         "the reserve is retried: {step:?}"
     );
 }
@@ -238,7 +240,11 @@ fn a_renewal_granted_to_another_owner_does_not_extend_this_callers_lease() {
     assert_eq!(a.poll(at(0)), Step::Run);
     // The renewal goes out; its reply names another owner (a store bug or a mix-up).
     let (step, t) = next_step(&mut a, 1);
-    let Step::Send(idem_core::record::Command::Renew { .. }) = step else {
+    let Step::Send {
+        command: idem_core::record::Command::Renew { .. },
+        ..
+    } = step
+    else {
         panic!("expected a renewal, got {step:?}")
     };
     let foreign = idem_core::Reservation {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, apply};
-use idem_core::{Body, Fingerprint, OwnerToken, Timestamp};
+use idem_core::{Body, Fingerprint, OwnerToken, StoredResult, Timestamp};
 use proptest::prelude::*;
 
 /// The reference model's view of one key.
@@ -179,6 +179,14 @@ fn fp(n: u8) -> Fingerprint {
 fn body(n: u8) -> Body {
     Body::new(format!("ch_{n}"))
 }
+/// The model's result: `None` not stored, `Some(0)` a panic, `Some(n)` the value `ch_n`.
+fn stored(b: Option<u8>) -> StoredResult {
+    match b {
+        None => StoredResult::NotStored,
+        Some(0) => StoredResult::Panicked,
+        Some(n) => StoredResult::Value(body(n)),
+    }
+}
 fn owner(n: u8) -> OwnerToken {
     OwnerToken::from_u128(u128::from(n))
 }
@@ -202,7 +210,7 @@ fn to_command(op: &Op) -> Command {
         } => Command::Complete {
             owner: owner(o),
             fingerprint: fp(f),
-            body: b.map(body),
+            result: stored(b),
             retention: Duration::from_millis(retention),
         },
         Op::Renew { owner: o, lease } => Command::Renew {
@@ -235,7 +243,7 @@ fn to_record(model: &Model) -> Option<Record> {
         } => Some(Record::Completed {
             owner: owner(o),
             fingerprint: fp(f),
-            body: b.map(body),
+            result: stored(b),
             expires_at: Timestamp::from_millis(until),
         }),
     }
@@ -252,7 +260,7 @@ fn to_reply(answer: &Answer) -> Reply {
         Answer::InFlight { until } => Reply::InFlight {
             lease_until: at(*until),
         },
-        Answer::Replay { body: b } => Reply::Replay { body: b.map(body) },
+        Answer::Replay { body: b } => Reply::Replay { result: stored(*b) },
         Answer::KeyReuse { stored } => Reply::KeyReuse {
             stored: fp(*stored),
         },
@@ -274,7 +282,7 @@ fn op() -> impl Strategy<Value = Op> {
     let which = 1u8..=2;
     prop_oneof![
         3 => (who.clone(), which.clone(), 1u64..=400).prop_map(|(owner, fp, lease)| Op::Reserve { owner, fp, lease }),
-        2 => (who.clone(), which, proptest::option::of(1u8..=9), 1u64..=900)
+        2 => (who.clone(), which, proptest::option::of(0u8..=9), 1u64..=900)
             .prop_map(|(owner, fp, body, retention)| Op::Complete { owner, fp, body, retention }),
         1 => (who.clone(), 1u64..=400).prop_map(|(owner, lease)| Op::Renew { owner, lease }),
         1 => who.prop_map(|owner| Op::Release { owner }),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, Write, apply};
-use idem_core::{Body, Fingerprint, OwnerToken, Timestamp};
+use idem_core::{Body, Fingerprint, OwnerToken, StoredResult, Timestamp};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RETENTION: Duration = Duration::from_secs(3600);
@@ -31,7 +31,7 @@ fn completed(owner: OwnerToken, until: u64) -> Record {
     Record::Completed {
         owner,
         fingerprint: fp(1),
-        body: Some(Body::new("ch_1")),
+        result: StoredResult::Value(Body::new("ch_1")),
         expires_at: t(until),
     }
 }
@@ -46,7 +46,7 @@ fn complete(owner: OwnerToken) -> Command {
     Command::Complete {
         owner,
         fingerprint: fp(1),
-        body: Some(Body::new("ch_2")),
+        result: StoredResult::Value(Body::new("ch_2")),
         retention: RETENTION,
     }
 }
@@ -97,7 +97,7 @@ fn reserve_completed_replays() {
     assert_eq!(
         tr.reply,
         Reply::Replay {
-            body: Some(Body::new("ch_1"))
+            result: StoredResult::Value(Body::new("ch_1"))
         }
     );
 }
@@ -117,7 +117,7 @@ fn complete_by_owner_in_time_and_repeated() {
     let r = apply(state.as_ref(), complete(me()), t(2000)).apply_to(&mut state);
     assert_eq!(r, Reply::Completed(Completion::Repeated));
     assert!(
-        matches!(&state, Some(Record::Completed { body: Some(b), expires_at, .. })
+        matches!(&state, Some(Record::Completed { result: StoredResult::Value(b), expires_at, .. })
         if b.as_bytes() == b"ch_2" && *expires_at == t(3_601_000))
     );
 }
@@ -256,7 +256,7 @@ fn complete_on_a_never_reserved_key_records_the_callers_fingerprint() {
     let command = Command::Complete {
         owner: me(),
         fingerprint: fp(7),
-        body: None,
+        result: StoredResult::NotStored,
         retention: RETENTION,
     };
     let tr = apply(None, command, t(10));
@@ -266,7 +266,7 @@ fn complete_on_a_never_reserved_key_records_the_callers_fingerprint() {
         Write::Put(Record::Completed {
             owner: me(),
             fingerprint: fp(7),
-            body: None,
+            result: StoredResult::NotStored,
             expires_at: t(3_600_010)
         })
     );

@@ -36,7 +36,10 @@ fn an_unknown_complete_after_the_confirmed_lease_end_reports_lease_lost() {
         options,
         at(0),
     );
-    let Step::Send(reserve) = attempt.poll(at(0)) else {
+    let Step::Send {
+        command: reserve, ..
+    } = attempt.poll(at(0))
+    else {
         panic!("expected a reserve");
     };
     let reply = apply(store.as_ref(), reserve, at(0)).apply_to(&mut store);
@@ -47,7 +50,10 @@ fn an_unknown_complete_after_the_confirmed_lease_end_reports_lease_lost() {
     attempt
         .handle_action_result(ActionResult::Succeeded(Body::new("ch_4")), at(2_000))
         .unwrap();
-    let Step::Send(complete) = attempt.poll(at(2_000)) else {
+    let Step::Send {
+        command: complete, ..
+    } = attempt.poll(at(2_000))
+    else {
         panic!("expected a complete");
     };
     // The store records it late, but the reply is lost and no retry is left.
@@ -75,7 +81,10 @@ fn an_unknown_complete_within_the_confirmed_lease_does_not_claim_a_lapse() {
         options,
         at(0),
     );
-    let Step::Send(reserve) = attempt.poll(at(0)) else {
+    let Step::Send {
+        command: reserve, ..
+    } = attempt.poll(at(0))
+    else {
         panic!("expected a reserve");
     };
     let reply = apply(None, reserve, at(0)).reply;
@@ -84,7 +93,7 @@ fn an_unknown_complete_within_the_confirmed_lease_does_not_claim_a_lapse() {
     attempt
         .handle_action_result(ActionResult::Succeeded(Body::new("ch_1")), at(300))
         .unwrap();
-    assert!(matches!(attempt.poll(at(300)), Step::Send(_)));
+    assert!(matches!(attempt.poll(at(300)), Step::Send { .. }));
     attempt.handle_store_error(at(400)).unwrap();
     let Step::Done(Outcome::Executed(execution)) = attempt.poll(at(400)) else {
         panic!("expected an executed outcome");

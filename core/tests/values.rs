@@ -98,6 +98,25 @@ fn option_rules_hold_exactly_at_their_edges() {
         10
     );
     assert!(Options::builder().store_retries(11).build().is_err());
+    // Reply timeout: above zero and below the renewal interval (10 s by default); unset, it
+    // is 500 ms, or half a shorter renewal interval.
+    let reply = |t| Options::builder().reply_timeout(t).build();
+    assert_eq!(reply(ms(9_999)).unwrap().reply_timeout(), ms(9_999));
+    assert_eq!(
+        reply(ms(10_000)),
+        Err(idem_core::OptionsError::ReplyTimeoutNotWithinRenewal {
+            reply_timeout: ms(10_000),
+            renew_every: ms(10_000)
+        })
+    );
+    assert!(reply(Duration::ZERO).is_err());
+    assert_eq!(Options::default().reply_timeout(), ms(500));
+    let short = Options::builder()
+        .lease(Duration::from_secs(1))
+        .renew_every(ms(600))
+        .build()
+        .unwrap();
+    assert_eq!(short.reply_timeout(), ms(300));
     // The builder starts from the defaults, and the policy accessors say what was set.
     assert_eq!(Options::builder().build().unwrap(), Options::default());
     let raise = Options::builder()

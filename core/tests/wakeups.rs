@@ -20,7 +20,7 @@ fn ms(d: Duration) -> u64 {
 /// A running attempt that reserved at 0.
 fn running(store: &mut Option<Record>) -> Attempt {
     let mut a = attempt(1);
-    let Step::Send(cmd) = a.poll(at(0)) else {
+    let Step::Send { command: cmd, .. } = a.poll(at(0)) else {
         panic!("expected a reserve")
     };
     let reply = apply(store.as_ref(), cmd, at(0)).apply_to(store);
@@ -35,7 +35,7 @@ fn while_a_renewal_is_out_the_machine_wakes_at_the_confirmed_lease_end() {
     let (lease, renew) = (ms(options.lease()), ms(options.renew_every()));
     let mut store = None;
     let mut a = running(&mut store);
-    let Step::Send(_) = a.poll(at(renew)) else {
+    let Step::Send { .. } = a.poll(at(renew)) else {
         panic!("expected a renewal")
     };
     // The renewal is out; the only instant worth waking for is the lease end.
@@ -49,7 +49,7 @@ fn while_a_renewal_is_out_the_machine_wakes_at_the_confirmed_lease_end() {
     assert_eq!(a.poll(at(lease)), Step::Wait { until: None });
     // Once the action's result is in, the lease end no longer matters either.
     let mut b = running(&mut None);
-    let Step::Send(_) = b.poll(at(renew)) else {
+    let Step::Send { .. } = b.poll(at(renew)) else {
         panic!("expected a renewal")
     };
     b.handle_action_result(ActionResult::Failed, at(renew + 1))
@@ -57,7 +57,7 @@ fn while_a_renewal_is_out_the_machine_wakes_at_the_confirmed_lease_end() {
     assert_eq!(b.poll(at(renew + 1)), Step::Wait { until: None });
     // Nor after the store refused the renewal: the lease is lost.
     let mut c = running(&mut None);
-    let Step::Send(_) = c.poll(at(renew)) else {
+    let Step::Send { .. } = c.poll(at(renew)) else {
         panic!("expected a renewal")
     };
     c.handle_reply(Reply::Refused(idem_core::Refusal::NotOwner), at(renew + 1))
@@ -73,7 +73,7 @@ fn store_retries_back_off_further_each_time() {
     let mut a = attempt(1);
     let mut now = 0;
     for n in 0..options.store_retries() {
-        let Step::Send(_) = a.poll(at(now)) else {
+        let Step::Send { .. } = a.poll(at(now)) else {
             panic!("expected a reserve at {now}")
         };
         a.handle_store_error(at(now)).unwrap();
@@ -96,7 +96,7 @@ fn only_a_waiter_that_is_backing_off_is_moved_by_a_notice() {
     // A reserve that failed is backing off too, but not waiting for a holder: a notice
     // about the key does not cut its backoff.
     let mut a = attempt(1);
-    let Step::Send(_) = a.poll(at(0)) else {
+    let Step::Send { .. } = a.poll(at(0)) else {
         panic!("expected a reserve")
     };
     a.handle_store_error(at(0)).unwrap();
@@ -106,7 +106,7 @@ fn only_a_waiter_that_is_backing_off_is_moved_by_a_notice() {
     let mut store = None;
     let _holder = running(&mut store);
     let mut w = attempt(2);
-    let Step::Send(cmd) = w.poll(at(0)) else {
+    let Step::Send { command: cmd, .. } = w.poll(at(0)) else {
         panic!("expected a reserve")
     };
     let reply = apply(store.as_ref(), cmd, at(0)).apply_to(&mut store);
@@ -127,7 +127,7 @@ fn a_notice_that_proves_spurious_mutes_notices_for_one_initial_backoff() {
     // Not waiting yet: no notices to listen for.
     assert_eq!(w.notices_from(at(0)), None);
     let reserve_now = |w: &mut Attempt, store: &mut Option<Record>, t: u64| {
-        let Step::Send(cmd) = w.poll(at(t)) else {
+        let Step::Send { command: cmd, .. } = w.poll(at(t)) else {
             panic!("expected a reserve at {t}")
         };
         let reply = apply(store.as_ref(), cmd, at(t)).apply_to(store);

@@ -1,0 +1,784 @@
+//! The attempt machine: one caller's protocol for one request (MODEL.md, "The attempt
+//! machine").
+//!
+//! The machine makes every decision; its driver only moves commands, replies and time:
+//!
+//! ```text
+//! loop {
+//!     match attempt.poll(now) {
+//!         Step::Send { command, reply_by } => issue it; feed handle_reply, handle_store_error
+//!                                             or handle_corrupt_record, or give up at reply_by,
+//!         Step::Run            => start the action; later feed handle_action_result,
+//!         Step::Wait { until } => wait for the instant `until` or for any awaited input,
+//!         Step::Done(outcome)  => return outcome,
+//!     }
+//! }
+//! ```
+//!
+//! At most one store command is outstanding at a time, and [`Step::Run`] is handed out at
+//! most once: while the action runs the machine keeps asking for renewals, and the driver
+//! waits on the action, the outstanding command and the timer together. `now` is the
+//! **caller's** clock; the store judges leases by its own (see [`time`](crate::time)).
+//!
+//! Every timer is the machine's (rule 12): when to reserve again, when to renew, how long a
+//! store reply is awaited ([`Step::Send::reply_by`]), how store commands are retried, and how
+//! an abandoned attempt is settled ([`Attempt::abandon`]).
+//!
+//! Randomness is an input: the owner token and the seed of the backoff jitter come from the
+//! caller, so a seeded simulation replays an attempt exactly.
+
+mod backoff;
+mod outcome;
+mod settle;
+
+use crate::options::{InFlightPolicy, Options, StoreFailurePolicy};
+use crate::record::{Command, Completion, Reply, StoredResult};
+use crate::time::Timestamp;
+use crate::{Fingerprint, Key, Operation, OwnerToken};
+
+use backoff::SplitMix64;
+pub use outcome::{
+    Abandonment, ActionResult, Execution, LeaseState, Outcome, Protection, ProtocolError,
+    Recording, Step,
+};
+
+/// One caller's attempt at one request; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    operation: Operation,
+    key: Key,
+    fingerprint: Fingerprint,
+    owner: OwnerToken,
+    options: Options,
+    jitter: SplitMix64,
+    phase: Phase,
+    /// The command awaiting its reply.
+    outstanding: Option<Outstanding>,
+    /// When the first `InFlight` came back, plus the waiter deadline.
+    wait_deadline: Option<Timestamp>,
+    /// Waiting polls so far, for the backoff.
+    waits: u32,
+    /// When the first reserve since the last definite reserve reply was sent. A reserve
+    /// whose reply was lost may have been applied then, and a retry by the same owner gets
+    /// that reservation back unchanged (`I11`), so the lease is counted from here.
+    reserve_first_sent: Option<Timestamp>,
+    /// Whether the reserve now out (or last answered) was sent early because of a change
+    /// notice.
+    sent_on_notice: bool,
+    /// Notices before this instant are not acted on: the last one proved spurious (the key
+    /// was still held), so a store that notifies too eagerly cannot make a waiter spin.
+    notices_from: Timestamp,
+    lease_lost: bool,
+    /// The driver abandoned the attempt: from then on it only settles.
+    abandoned: bool,
+}
+
+/// The command awaiting its reply.
+#[derive(Debug, Clone, Copy)]
+struct Outstanding {
+    kind: CommandKind,
+    sent_at: Timestamp,
+    reply_by: Timestamp,
+}
+
+/// The commands the machine sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CommandKind {
+    Reserve,
+    Renew,
+    Complete,
+    Release,
+}
+
+#[derive(Debug, Clone)]
+enum Phase {
+    /// Reserve (or, while waiting, reserve again) at `not_before`.
+    Reserving {
+        not_before: Timestamp,
+        retries: u32,
+    },
+    /// The action is (about to be) running.
+    Acting(Acting),
+    /// Record the result.
+    Completing(Completing),
+    /// Give the key up: after a failed action, or to settle an abandoned attempt.
+    Releasing {
+        not_before: Timestamp,
+        retries: u32,
+        after: AfterRelease,
+    },
+    Finished(Outcome),
+}
+
+/// What a release concludes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterRelease {
+    /// The action failed (`I5`).
+    ActionFailed,
+    /// The attempt was abandoned before its action started.
+    Abandoned,
+}
+
+#[derive(Debug, Clone)]
+struct Acting {
+    run_handed_out: bool,
+    protection: Protection,
+    result: Option<ActionResult>,
+    /// When to send the next renewal (caller's clock).
+    next_renew: Timestamp,
+    /// When the last confirmed lease ends, counted from when its command was sent.
+    confirmed_until: Timestamp,
+    /// Failed renewals in a row, for the backoff.
+    renew_failures: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Completing {
+    result: StoredResult,
+    /// What the attempt reports once the record holds `result`.
+    recorded: Recording,
+    /// Whether the action panicked (the outcome is then [`Outcome::Panicked`]).
+    panicked: bool,
+    protection: Protection,
+    /// When the last confirmed lease ends (caller's clock); `None` when unprotected.
+    confirmed_until: Option<Timestamp>,
+    not_before: Timestamp,
+    retries: u32,
+}
+
+impl Attempt {
+    /// A new attempt for `fingerprint` under `operation` and `key`, holding `owner`
+    /// (fresh, random, unique to this attempt) and drawing backoff jitter from
+    /// `jitter_seed`. Nothing is sent until the first [`poll`](Self::poll), at or after
+    /// `now`.
+    pub fn new(
+        operation: Operation,
+        key: Key,
+        fingerprint: Fingerprint,
+        owner: OwnerToken,
+        jitter_seed: u64,
+        options: Options,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            operation,
+            key,
+            fingerprint,
+            owner,
+            options,
+            jitter: SplitMix64(jitter_seed),
+            phase: Phase::Reserving {
+                not_before: now,
+                retries: 0,
+            },
+            outstanding: None,
+            wait_deadline: None,
+            waits: 0,
+            reserve_first_sent: None,
+            sent_on_notice: false,
+            notices_from: now,
+            lease_lost: false,
+            abandoned: false,
+        }
+    }
+
+    /// The operation the attempt is scoped to.
+    pub fn operation(&self) -> &Operation {
+        &self.operation
+    }
+    /// The idempotency key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+    /// The request's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+    /// The attempt's owner token.
+    pub fn owner(&self) -> OwnerToken {
+        self.owner
+    }
+    /// The options the attempt runs with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Whether the attempt is over.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Finished(_))
+    }
+
+    /// Whether a command is out and its reply still awaited. Once this turns false without
+    /// an input from the driver (its reply deadline passed at a [`poll`](Self::poll)), the
+    /// driver drops the command and never feeds its reply.
+    pub fn awaiting_reply(&self) -> bool {
+        self.outstanding.is_some()
+    }
+
+    /// Whether the driver [abandoned](Self::abandon) the attempt.
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned
+    }
+
+    /// The state of the reservation at `now`, for a driver that tells a running action
+    /// whether it still holds its key.
+    pub fn lease(&self, now: Timestamp) -> LeaseState {
+        match &self.phase {
+            Phase::Acting(acting) if acting.protection == Protection::FailedOpen => {
+                LeaseState::Unprotected
+            }
+            Phase::Acting(acting) => {
+                if self.lease_lost {
+                    LeaseState::Lost
+                } else if now >= acting.confirmed_until {
+                    LeaseState::Unconfirmed
+                } else {
+                    LeaseState::Held
+                }
+            }
+            _ => LeaseState::NotRunning,
+        }
+    }
+
+    /// While the action runs under a reservation that is not known lost: the instant
+    /// (caller's clock) until which the lease is confirmed. A driver that answers the
+    /// action's "do I still hold the key?" at the moment it is asked compares this with
+    /// its clock then, rather than trusting a state it computed earlier.
+    pub fn lease_confirmed_until(&self) -> Option<Timestamp> {
+        match &self.phase {
+            Phase::Acting(acting)
+                if acting.protection == Protection::Reserved && !self.lease_lost =>
+            {
+                Some(acting.confirmed_until)
+            }
+            _ => None,
+        }
+    }
+
+    /// The next thing to do at `now`; see [`Step`].
+    pub fn poll(&mut self, now: Timestamp) -> Step {
+        if let Some(outstanding) = self.outstanding {
+            if now < outstanding.reply_by {
+                // One command at a time; while it is out, only its reply deadline and the
+                // action's own deadline (the lease) are of interest.
+                let until = match self.lease_watch(now) {
+                    Some(lease) => lease.min(outstanding.reply_by),
+                    None => outstanding.reply_by,
+                };
+                return Step::Wait { until: Some(until) };
+            }
+            // Rule 12: the reply deadline is the machine's. The command may still be
+            // applied; every command is safe to repeat.
+            self.fail_outstanding(now);
+        }
+        match &mut self.phase {
+            Phase::Finished(outcome) => Step::Done(outcome.clone()),
+            Phase::Reserving { not_before, .. } => {
+                if now < *not_before {
+                    return Step::Wait {
+                        until: Some(*not_before),
+                    };
+                }
+                self.send(CommandKind::Reserve, now)
+            }
+            Phase::Acting(acting) => {
+                if !acting.run_handed_out {
+                    acting.run_handed_out = true;
+                    return Step::Run;
+                }
+                if let Some(result) = acting.result.take() {
+                    let protection = acting.protection;
+                    let confirmed_until =
+                        (protection == Protection::Reserved).then_some(acting.confirmed_until);
+                    self.phase = self.after_action(result, protection, confirmed_until, now);
+                    return self.poll(now);
+                }
+                if acting.protection == Protection::Reserved && !self.lease_lost {
+                    if now >= acting.next_renew {
+                        return self.send(CommandKind::Renew, now);
+                    }
+                    // Wake for the renewal, or earlier when the confirmed lease runs
+                    // out first (a driver then tells the action its lease is unconfirmed).
+                    let mut until = acting.next_renew;
+                    if now < acting.confirmed_until {
+                        until = until.min(acting.confirmed_until);
+                    }
+                    return Step::Wait { until: Some(until) };
+                }
+                Step::Wait { until: None }
+            }
+            Phase::Completing(Completing { not_before, .. }) => {
+                if now < *not_before {
+                    return Step::Wait {
+                        until: Some(*not_before),
+                    };
+                }
+                self.send(CommandKind::Complete, now)
+            }
+            Phase::Releasing { not_before, .. } => {
+                if now < *not_before {
+                    return Step::Wait {
+                        until: Some(*not_before),
+                    };
+                }
+                self.send(CommandKind::Release, now)
+            }
+        }
+    }
+
+    /// The store answered the outstanding command.
+    ///
+    /// A reply that does not answer the outstanding command (a store bug) is handled as a
+    /// store failure of that command.
+    pub fn handle_reply(&mut self, reply: Reply, now: Timestamp) -> Result<(), ProtocolError> {
+        let Outstanding { kind, sent_at, .. } = self
+            .outstanding
+            .take()
+            .ok_or(ProtocolError::NoCommandOutstanding)?;
+        if !matches!(reply, Reply::InFlight { .. }) {
+            self.sent_on_notice = false;
+        }
+        match (kind, reply) {
+            (CommandKind::Reserve, Reply::Reserved(reservation))
+                if reservation.owner == self.owner =>
+            {
+                // The grant may be an earlier, lost reserve's: count from its send.
+                let granted_from = self.reserve_first_sent.take().unwrap_or(sent_at);
+                self.phase = Phase::Acting(Acting {
+                    run_handed_out: false,
+                    protection: Protection::Reserved,
+                    result: None,
+                    next_renew: granted_from.saturating_add(self.options.renew_every()),
+                    confirmed_until: granted_from.saturating_add(self.options.lease()),
+                    renew_failures: 0,
+                });
+            }
+            (CommandKind::Reserve, Reply::InFlight { .. }) => {
+                // Someone else holds the key: any earlier grant of ours is gone.
+                self.reserve_first_sent = None;
+                if std::mem::take(&mut self.sent_on_notice) {
+                    self.notices_from = now.saturating_add(self.options.backoff_initial());
+                }
+                self.in_flight(now);
+            }
+            (CommandKind::Reserve, Reply::Replay { result }) => {
+                self.reserve_first_sent = None;
+                self.phase = Phase::Finished(Outcome::Replayed { result });
+            }
+            (CommandKind::Reserve, Reply::KeyReuse { stored }) => {
+                self.reserve_first_sent = None;
+                self.phase = Phase::Finished(Outcome::KeyReuse {
+                    stored,
+                    given: self.fingerprint,
+                });
+            }
+            (CommandKind::Renew, Reply::Renewed(reservation))
+                if reservation.owner == self.owner =>
+            {
+                if let Phase::Acting(acting) = &mut self.phase {
+                    acting.renew_failures = 0;
+                    acting.confirmed_until = sent_at.saturating_add(self.options.lease());
+                    acting.next_renew = sent_at.saturating_add(self.options.renew_every());
+                }
+            }
+            (CommandKind::Renew, Reply::Refused(_)) => {
+                // The lease is gone: stop renewing, and say so in the outcome.
+                self.lease_lost = true;
+            }
+            (CommandKind::Complete, Reply::Completed(completion)) => {
+                // A late complete means the reservation lapsed during the action; an action
+                // that ran unprotected (fail-open) had no reservation to lose. A repeated
+                // complete answers for an earlier one whose reply was lost, applied at some
+                // moment before `now`: if the confirmed lease had ended by `now`, that one
+                // may have been late, and the lapse cannot be ruled out (`I7`).
+                let lapsed = match completion {
+                    Completion::InTime => false,
+                    Completion::AfterLeaseExpiry => true,
+                    Completion::Repeated => self.completing_lapsed_by(now),
+                };
+                if lapsed && self.completing_reserved() {
+                    self.lease_lost = true;
+                }
+                self.finish_complete(None);
+            }
+            (CommandKind::Complete, Reply::Refused(refusal)) => {
+                self.lease_lost |= self.completing_reserved();
+                self.finish_complete(Some(Recording::Refused(refusal)));
+            }
+            (CommandKind::Release, Reply::Released | Reply::Refused(_)) => {
+                // Refused: nothing of ours is left under the key, as good as released.
+                self.finish_release(true);
+            }
+            (kind, _) => {
+                self.outstanding = Some(Outstanding {
+                    kind,
+                    sent_at,
+                    reply_by: now,
+                });
+                return self.handle_store_error(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// The outstanding command failed and its effect is unknown: it may or may not have
+    /// been applied (timeout, dropped connection, any store error).
+    ///
+    /// Every command the machine sends is safe to repeat (`I11`, `Completion::Repeated`),
+    /// so a failed reserve, complete or release is retried up to
+    /// [`Options::store_retries`] times; a failed renewal is retried within the renewal
+    /// interval.
+    pub fn handle_store_error(&mut self, now: Timestamp) -> Result<(), ProtocolError> {
+        if self.outstanding.is_none() {
+            return Err(ProtocolError::NoCommandOutstanding);
+        }
+        self.fail_outstanding(now);
+        Ok(())
+    }
+
+    /// The store answered the outstanding command, but the key holds a value that is not a
+    /// record (another type, garbage bytes, an unknown encoding): the store changed nothing.
+    ///
+    /// This is not unavailability (rule 11): nothing is retried, nothing fails open, and
+    /// nothing is written over the value. A reserve ends [`Outcome::CorruptRecord`]; a
+    /// renewal marks the lease lost (the key is not this attempt's any more); a complete
+    /// ends with [`Recording::CorruptRecord`]; a release counts as done (nothing of this
+    /// attempt's is left under the key).
+    pub fn handle_corrupt_record(&mut self, now: Timestamp) -> Result<(), ProtocolError> {
+        let Outstanding { kind, .. } = self
+            .outstanding
+            .take()
+            .ok_or(ProtocolError::NoCommandOutstanding)?;
+        self.sent_on_notice = false;
+        match kind {
+            CommandKind::Reserve => {
+                self.reserve_first_sent = None;
+                self.phase = Phase::Finished(Outcome::CorruptRecord);
+            }
+            CommandKind::Renew => self.lease_lost = true,
+            CommandKind::Complete => self.finish_complete(Some(Recording::CorruptRecord)),
+            CommandKind::Release => self.finish_release(true),
+        }
+        let _ = now;
+        Ok(())
+    }
+
+    /// The action finished. Its result is acted on at the next [`poll`](Self::poll), once
+    /// no command is outstanding.
+    pub fn handle_action_result(
+        &mut self,
+        result: ActionResult,
+        _now: Timestamp,
+    ) -> Result<(), ProtocolError> {
+        match &mut self.phase {
+            Phase::Acting(acting) if acting.run_handed_out && acting.result.is_none() => {
+                acting.result = Some(result);
+                Ok(())
+            }
+            _ => Err(ProtocolError::ActionNotRunning),
+        }
+    }
+
+    /// The store reported that the key's record changed (completed, released, or
+    /// deleted), for a driver whose store can notify. A waiter then reserves again at the
+    /// next [`poll`](Self::poll) instead of sleeping out its backoff; in any other phase
+    /// the notice changes nothing. Returns whether it moved the machine.
+    ///
+    /// Notices are only a shortcut: the machine is correct without them, since a waiter
+    /// polls with backoff until its deadline.
+    ///
+    /// A notice that proves spurious (the reserve it triggered finds the key still held)
+    /// makes the machine ignore notices for the next initial backoff; see
+    /// [`notices_from`](Self::notices_from).
+    pub fn handle_record_changed(&mut self, now: Timestamp) -> bool {
+        if self.notices_from(now).is_none_or(|from| now < from) {
+            return false;
+        }
+        match &mut self.phase {
+            Phase::Reserving { not_before, .. } if *not_before > now => {
+                *not_before = now;
+                self.sent_on_notice = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// While the attempt waits for another holder of the key (its last reserve was answered
+    /// "in flight"), the instant from which a change notice is acted on: a driver whose
+    /// store notifies listens from then, together with the [`Step::Wait`] timer. `None`
+    /// when the attempt is not waiting for a holder.
+    pub fn notices_from(&self, now: Timestamp) -> Option<Timestamp> {
+        let waiting = self.outstanding.is_none()
+            && self.wait_deadline.is_some()
+            && self.reserve_first_sent.is_none()
+            && matches!(self.phase, Phase::Reserving { .. });
+        waiting.then_some(self.notices_from.max(now))
+    }
+
+    fn complete_command(&self, result: StoredResult) -> Command {
+        Command::Complete {
+            owner: self.owner,
+            fingerprint: self.fingerprint,
+            result,
+            retention: self.options.retention(),
+        }
+    }
+
+    /// What of an action's result is recorded, and what the attempt reports once it is.
+    /// Rule 9: an oversized result is returned to the caller but not stored; the record is
+    /// completed without it, so a retry gets a clear error and never a second effect. An
+    /// unrecordable one likewise. Rule 11: a panic is recorded as such.
+    fn recordable(&self, result: ActionResult) -> Option<(StoredResult, Recording)> {
+        match result {
+            ActionResult::Succeeded(body) if body.len() <= self.options.max_body_bytes() => {
+                Some((StoredResult::Value(body), Recording::Stored))
+            }
+            ActionResult::Succeeded(_) | ActionResult::Unrecordable => {
+                Some((StoredResult::NotStored, Recording::StoredWithoutBody))
+            }
+            ActionResult::Panicked => Some((StoredResult::Panicked, Recording::Stored)),
+            ActionResult::Failed => None,
+        }
+    }
+
+    fn send(&mut self, kind: CommandKind, now: Timestamp) -> Step {
+        let owner = self.owner;
+        let command = match kind {
+            CommandKind::Reserve => Command::Reserve {
+                owner,
+                fingerprint: self.fingerprint,
+                lease: self.options.lease(),
+            },
+            CommandKind::Renew => Command::Renew {
+                owner,
+                lease: self.options.lease(),
+            },
+            CommandKind::Complete => self.complete_command(match &self.phase {
+                Phase::Completing(completing) => completing.result.clone(),
+                // `poll` sends a complete only from `Completing`.
+                _ => StoredResult::NotStored,
+            }),
+            CommandKind::Release => Command::Release { owner },
+        };
+        if kind == CommandKind::Reserve {
+            self.reserve_first_sent.get_or_insert(now);
+        }
+        let reply_by = now.saturating_add(self.options.reply_timeout());
+        self.outstanding = Some(Outstanding {
+            kind,
+            sent_at: now,
+            reply_by,
+        });
+        Step::Send { command, reply_by }
+    }
+
+    /// The outstanding command failed, its effect unknown: retry it with backoff, or, once
+    /// the retries are spent, end as the policy says.
+    fn fail_outstanding(&mut self, now: Timestamp) {
+        let Some(Outstanding { kind, .. }) = self.outstanding.take() else {
+            return;
+        };
+        self.sent_on_notice = false;
+        let max = self.options.store_retries();
+        let delay = self.backoff(self.retries_so_far());
+        let failure = self.options.on_store_failure();
+        match (&mut self.phase, kind) {
+            (
+                Phase::Reserving {
+                    not_before,
+                    retries,
+                },
+                CommandKind::Reserve,
+            ) => {
+                if *retries < max {
+                    *retries += 1;
+                    *not_before = now.saturating_add(delay);
+                } else if failure == StoreFailurePolicy::FailClosed {
+                    // One of the failed reserves may have landed: a driver that settles the
+                    // attempt ([`Attempt::abandon`]) releases it.
+                    self.phase = Phase::Finished(Outcome::StoreUnavailable);
+                } else {
+                    self.reserve_first_sent = None;
+                    self.phase = Phase::Acting(Acting {
+                        run_handed_out: false,
+                        protection: Protection::FailedOpen,
+                        result: None,
+                        next_renew: now,
+                        confirmed_until: now,
+                        renew_failures: 0,
+                    });
+                }
+            }
+            (Phase::Acting(acting), CommandKind::Renew) => {
+                acting.renew_failures = acting.renew_failures.saturating_add(1);
+                let retry = self
+                    .options
+                    .backoff_initial()
+                    .saturating_mul(1 << acting.renew_failures.min(16))
+                    .min(self.options.renew_every());
+                acting.next_renew = now.saturating_add(retry);
+            }
+            (Phase::Completing(completing), CommandKind::Complete) => {
+                if completing.retries < max {
+                    completing.retries += 1;
+                    completing.not_before = now.saturating_add(delay);
+                } else {
+                    // As for a repeated complete: if the confirmed lease had ended by now,
+                    // the complete may have landed late, and a lapse cannot be ruled out.
+                    if self.completing_lapsed_by(now) && self.completing_reserved() {
+                        self.lease_lost = true;
+                    }
+                    self.finish_complete(Some(Recording::Unknown));
+                }
+            }
+            (
+                Phase::Releasing {
+                    not_before,
+                    retries,
+                    ..
+                },
+                CommandKind::Release,
+            ) => {
+                if *retries < max {
+                    *retries += 1;
+                    *not_before = now.saturating_add(delay);
+                } else {
+                    self.finish_release(false);
+                }
+            }
+            // The phase always matches the outstanding command: `send` sets both, and
+            // `abandon` moves the phase only with no command outstanding.
+            _ => {}
+        }
+    }
+
+    fn in_flight(&mut self, now: Timestamp) {
+        if self.options.in_flight() == InFlightPolicy::Raise {
+            self.phase = Phase::Finished(Outcome::InProgress);
+            return;
+        }
+        let deadline = *self
+            .wait_deadline
+            .get_or_insert_with(|| now.saturating_add(self.options.wait_deadline()));
+        if now >= deadline {
+            self.phase = Phase::Finished(Outcome::InProgress);
+            return;
+        }
+        let delay = self.backoff(self.waits);
+        self.waits = self.waits.saturating_add(1);
+        // The last poll happens at the deadline itself, so a holder that finishes just
+        // in time is still seen.
+        self.phase = Phase::Reserving {
+            not_before: now.saturating_add(delay).min(deadline),
+            retries: 0,
+        };
+    }
+
+    /// The phase that follows the action's end.
+    fn after_action(
+        &self,
+        result: ActionResult,
+        protection: Protection,
+        confirmed_until: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Phase {
+        let panicked = result == ActionResult::Panicked;
+        match self.recordable(result) {
+            // The effect happened, or may have: record it (`I7`, rule 11).
+            Some((result, recorded)) => Phase::Completing(Completing {
+                result,
+                recorded,
+                panicked,
+                protection,
+                confirmed_until,
+                not_before: now,
+                retries: 0,
+            }),
+            // I5: a failure is never recorded; the key is given back.
+            None => Phase::Releasing {
+                not_before: now,
+                retries: 0,
+                after: AfterRelease::ActionFailed,
+            },
+        }
+    }
+
+    /// Ends a complete: as recorded (`None`), or as `recording` says.
+    fn finish_complete(&mut self, recording: Option<Recording>) {
+        if let Phase::Completing(completing) = &self.phase {
+            let execution = Execution {
+                protection: completing.protection,
+                record: recording.unwrap_or(completing.recorded),
+                lease_lost: self.lease_lost,
+            };
+            self.phase = Phase::Finished(if completing.panicked {
+                Outcome::Panicked(execution)
+            } else {
+                Outcome::Executed(execution)
+            });
+        }
+    }
+
+    /// Ends a release: confirmed (or nothing of ours left), or given up on.
+    fn finish_release(&mut self, released: bool) {
+        if let Phase::Releasing { after, .. } = self.phase {
+            self.phase = Phase::Finished(match after {
+                AfterRelease::ActionFailed => Outcome::ActionFailed { released },
+                AfterRelease::Abandoned if released => Outcome::Abandoned(Abandonment::Settled),
+                AfterRelease::Abandoned => Outcome::Abandoned(Abandonment::LeftToLease),
+            });
+        }
+    }
+
+    /// Whether the result being recorded came from an action whose confirmed lease had
+    /// ended by `now`.
+    fn completing_lapsed_by(&self, now: Timestamp) -> bool {
+        match &self.phase {
+            Phase::Completing(completing) => {
+                completing.confirmed_until.is_some_and(|until| now >= until)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the result being recorded came from an action run under a reservation.
+    fn completing_reserved(&self) -> bool {
+        matches!(
+            &self.phase,
+            Phase::Completing(completing) if completing.protection == Protection::Reserved
+        )
+    }
+
+    fn retries_so_far(&self) -> u32 {
+        match &self.phase {
+            Phase::Reserving { retries, .. } | Phase::Releasing { retries, .. } => *retries,
+            Phase::Completing(completing) => completing.retries,
+            Phase::Acting(_) | Phase::Finished(_) => 0,
+        }
+    }
+
+    /// The lease end worth waking up for, while the action runs and the lease is held.
+    fn lease_watch(&self, now: Timestamp) -> Option<Timestamp> {
+        match &self.phase {
+            Phase::Acting(acting)
+                if acting.protection == Protection::Reserved
+                    && !self.lease_lost
+                    && acting.result.is_none()
+                    && now < acting.confirmed_until =>
+            {
+                Some(acting.confirmed_until)
+            }
+            _ => None,
+        }
+    }
+
+    fn backoff(&mut self, n: u32) -> std::time::Duration {
+        backoff::delay(
+            self.options.backoff_initial(),
+            self.options.backoff_max(),
+            n,
+            &mut self.jitter,
+        )
+    }
+}
