@@ -182,15 +182,64 @@ pub enum Command {
 }
 
 impl Command {
+    /// Which command this is.
+    pub fn kind(&self) -> CommandKind {
+        match self {
+            Command::Reserve { .. } => CommandKind::Reserve,
+            Command::Complete { .. } => CommandKind::Complete,
+            Command::Renew { .. } => CommandKind::Renew,
+            Command::Release { .. } => CommandKind::Release,
+            Command::Read => CommandKind::Read,
+        }
+    }
+
     /// The command's name, for logs and metrics.
     pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+}
+
+/// The five commands of the record machine, without their arguments: for counting, logging
+/// and naming faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CommandKind {
+    /// [`Command::Reserve`].
+    Reserve,
+    /// [`Command::Complete`].
+    Complete,
+    /// [`Command::Renew`].
+    Renew,
+    /// [`Command::Release`].
+    Release,
+    /// [`Command::Read`].
+    Read,
+}
+
+impl CommandKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [CommandKind; 5] = [
+        CommandKind::Reserve,
+        CommandKind::Complete,
+        CommandKind::Renew,
+        CommandKind::Release,
+        CommandKind::Read,
+    ];
+
+    /// The command's name: `reserve`, `complete`, `renew`, `release` or `read`.
+    pub fn name(self) -> &'static str {
         match self {
-            Command::Reserve { .. } => "reserve",
-            Command::Complete { .. } => "complete",
-            Command::Renew { .. } => "renew",
-            Command::Release { .. } => "release",
-            Command::Read => "read",
+            CommandKind::Reserve => "reserve",
+            CommandKind::Complete => "complete",
+            CommandKind::Renew => "renew",
+            CommandKind::Release => "release",
+            CommandKind::Read => "read",
         }
+    }
+}
+
+impl fmt::Display for CommandKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -17,9 +17,9 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
-/// A running attempt that reserved at 0.
-fn running(store: &mut Option<Record>) -> Attempt {
-    let mut a = attempt(1);
+/// A running attempt with `options` that reserved at 0.
+fn running_with(options: Options, store: &mut Option<Record>) -> Attempt {
+    let mut a = common::attempt(1, options, 0);
     let Step::Send { command: cmd, .. } = a.poll(at(0)) else {
         panic!("expected a reserve")
     };
@@ -29,34 +29,68 @@ fn running(store: &mut Option<Record>) -> Attempt {
     a
 }
 
+fn running(store: &mut Option<Record>) -> Attempt {
+    running_with(Options::default(), store)
+}
+
 #[test]
-fn while_a_renewal_is_out_the_machine_wakes_at_the_confirmed_lease_end() {
+fn while_a_renewal_is_out_the_machine_wakes_at_its_reply_deadline_or_the_lease_end() {
+    // With the defaults the reply deadline comes first.
     let options = Options::default();
-    let (lease, renew) = (ms(options.lease()), ms(options.renew_every()));
-    let mut store = None;
-    let mut a = running(&mut store);
-    let Step::Send { .. } = a.poll(at(renew)) else {
+    let renew = ms(options.renew_every());
+    let mut a = running(&mut None);
+    let Step::Send { reply_by, .. } = a.poll(at(renew)) else {
         panic!("expected a renewal")
     };
-    // The renewal is out; the only instant worth waking for is the lease end.
+    assert!(reply_by < at(ms(options.lease())));
+    assert_eq!(
+        a.poll(at(renew + 1)),
+        Step::Wait {
+            until: Some(reply_by)
+        }
+    );
+
+    // A renewal late in the lease, awaited longer than the lease has left: the lease end
+    // comes first, and is worth waking for (a driver then tells the action).
+    let late = Options::builder()
+        .lease(Duration::from_secs(30))
+        .renew_every(Duration::from_secs(29))
+        .reply_timeout(Duration::from_secs(28))
+        .build()
+        .unwrap();
+    let (lease, renew) = (ms(late.lease()), ms(late.renew_every()));
+    let mut a = running_with(late.clone(), &mut None);
+    let Step::Send { reply_by, .. } = a.poll(at(renew)) else {
+        panic!("expected a renewal")
+    };
     assert_eq!(
         a.poll(at(renew + 1)),
         Step::Wait {
             until: Some(at(lease))
         }
     );
-    // Past it, there is nothing of the machine's own to wake for.
-    assert_eq!(a.poll(at(lease)), Step::Wait { until: None });
+    // Past it, only the reply deadline is left to wake for.
+    assert_eq!(
+        a.poll(at(lease)),
+        Step::Wait {
+            until: Some(reply_by)
+        }
+    );
     // Once the action's result is in, the lease end no longer matters either.
-    let mut b = running(&mut None);
-    let Step::Send { .. } = b.poll(at(renew)) else {
+    let mut b = running_with(late.clone(), &mut None);
+    let Step::Send { reply_by, .. } = b.poll(at(renew)) else {
         panic!("expected a renewal")
     };
     b.handle_action_result(ActionResult::Failed, at(renew + 1))
         .unwrap();
-    assert_eq!(b.poll(at(renew + 1)), Step::Wait { until: None });
+    assert_eq!(
+        b.poll(at(renew + 1)),
+        Step::Wait {
+            until: Some(reply_by)
+        }
+    );
     // Nor after the store refused the renewal: the lease is lost.
-    let mut c = running(&mut None);
+    let mut c = running_with(late, &mut None);
     let Step::Send { .. } = c.poll(at(renew)) else {
         panic!("expected a renewal")
     };

@@ -32,7 +32,7 @@ mod outcome;
 mod settle;
 
 use crate::options::{InFlightPolicy, Options, StoreFailurePolicy};
-use crate::record::{Command, Completion, Reply, StoredResult};
+use crate::record::{Command, CommandKind, Completion, Reply, StoredResult};
 use crate::time::Timestamp;
 use crate::{Fingerprint, Key, Operation, OwnerToken};
 
@@ -79,15 +79,6 @@ struct Outstanding {
     kind: CommandKind,
     sent_at: Timestamp,
     reply_by: Timestamp,
-}
-
-/// The commands the machine sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CommandKind {
-    Reserve,
-    Renew,
-    Complete,
-    Release,
 }
 
 #[derive(Debug, Clone)]
@@ -458,6 +449,8 @@ impl Attempt {
             CommandKind::Renew => self.lease_lost = true,
             CommandKind::Complete => self.finish_complete(Some(Recording::CorruptRecord)),
             CommandKind::Release => self.finish_release(true),
+            // The machine never sends a read.
+            CommandKind::Read => {}
         }
         let _ = now;
         Ok(())
@@ -560,6 +553,7 @@ impl Attempt {
                 _ => StoredResult::NotStored,
             }),
             CommandKind::Release => Command::Release { owner },
+            CommandKind::Read => Command::Read,
         };
         if kind == CommandKind::Reserve {
             self.reserve_first_sent.get_or_insert(now);
