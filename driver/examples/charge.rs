@@ -72,16 +72,19 @@ type Answer = Result<Charge, Error<ProviderTimeout>>;
 
 async fn charge<S: Store>(
     payments: &Coordinator<S>,
-    provider: &Provider,
+    provider: &Arc<Provider>,
     key: &str,
     amount: u64,
 ) -> Answer {
+    // The action runs on a task of its own (`execute` is detached), so it owns what it
+    // uses: a client that hangs up cannot stop a charge half-way.
+    let provider = Arc::clone(provider);
     payments
         .execute(
             "payment.charge",
             key,
             fingerprint("o-1", amount),
-            |claim| async move { Ok(provider.charge(amount, &claim).await) },
+            move |claim| async move { Ok(provider.charge(amount, &claim).await) },
         )
         .await
 }
@@ -126,7 +129,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\nThe key does not describe the request; the fingerprint does:");
     let payments = Coordinator::new(MemoryStore::new(), Options::default());
-    let provider = Provider::default();
+    let provider = Arc::new(Provider::default());
     let first = charge(&payments, &provider, "order-1", 100).await;
     let same = charge(&payments, &provider, "order-1", 100).await;
     let other = charge(&payments, &provider, "order-1", 5).await;
@@ -143,7 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\nFailures are not cached:");
     let payments = Coordinator::new(MemoryStore::new(), Options::default());
-    let provider = Provider::default();
+    let provider = Arc::new(Provider::default());
     let failed: Answer = payments
         .execute(
             "payment.charge",
@@ -162,16 +165,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\nThe store is unreachable (fail open, the default):");
     let payments = Coordinator::new(Unreachable, Options::default());
-    let provider = Provider::default();
+    let provider = Arc::new(Provider::default());
+    let charging = Arc::clone(&provider);
     let outcome = payments
         .execute_with_provenance(
             "payment.charge",
             "order-3",
             fingerprint("o-3", 100),
-            |claim| {
-                let provider = &provider;
-                async move { Ok::<_, ProviderTimeout>(provider.charge(100, &claim).await) }
-            },
+            move |claim| async move { Ok::<_, ProviderTimeout>(charging.charge(100, &claim).await) },
         )
         .await?;
     let unprotected = matches!(outcome.provenance, Provenance::ExecutedUnprotected { .. });

@@ -2,23 +2,30 @@
 
 use std::future::Future;
 
-use idem_core::{Key, Operation, OwnerToken};
+use idem_core::{Key, LeaseState, Operation, OwnerToken};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-/// The state of the reservation an action runs under, as the driver last saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LeaseStatus {
-    /// The lease is confirmed to last past now; renewals keep it so.
-    Held,
-    /// The last confirmed lease has run out on the caller's clock and no renewal has been
-    /// confirmed since (the store is slow or unreachable): the key may have been taken over.
-    Unconfirmed,
-    /// The store refused a renewal: another caller may run the action too (`I7`'s
-    /// exception). An action that can still stop its effect should.
-    Lost,
-    /// The store could not be reached and the policy is `FailOpen`: the action runs without
-    /// a reservation.
-    Unprotected,
+/// What the driver last learned of the action's reservation: the attempt machine's state,
+/// and the instant (tokio's clock) until which the lease is confirmed. The claim judges
+/// "held" against the clock at the moment it is asked, so an action that was paused past
+/// its lease sees the lease unconfirmed at once, not the state published before the pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseView {
+    pub(crate) state: LeaseState,
+    pub(crate) confirmed_until: Option<Instant>,
+}
+
+impl LeaseView {
+    fn at(&self, now: Instant) -> LeaseState {
+        match self.state {
+            LeaseState::Held | LeaseState::Unconfirmed => match self.confirmed_until {
+                Some(until) if now < until => LeaseState::Held,
+                _ => LeaseState::Unconfirmed,
+            },
+            other => other,
+        }
+    }
 }
 
 /// What an action knows about the reservation it runs under.
@@ -31,7 +38,7 @@ pub struct Claim {
     operation: Operation,
     key: Key,
     owner: OwnerToken,
-    lease: watch::Receiver<LeaseStatus>,
+    lease: watch::Receiver<LeaseView>,
 }
 
 impl Claim {
@@ -39,7 +46,7 @@ impl Claim {
         operation: Operation,
         key: Key,
         owner: OwnerToken,
-        lease: watch::Receiver<LeaseStatus>,
+        lease: watch::Receiver<LeaseView>,
     ) -> Self {
         Self {
             operation,
@@ -64,19 +71,24 @@ impl Claim {
         self.owner
     }
 
-    /// The reservation's state now.
-    pub fn lease(&self) -> LeaseStatus {
-        *self.lease.borrow()
+    /// The reservation's state now: [`Held`](LeaseState::Held) only while the last
+    /// confirmed lease lasts past this very instant, [`Unconfirmed`](LeaseState::Unconfirmed)
+    /// once it has run out without a confirmed renewal (the key may have been taken over),
+    /// [`Lost`](LeaseState::Lost) once the store refused a renewal, and
+    /// [`Unprotected`](LeaseState::Unprotected) when the store failed open. Ask it right
+    /// before an effect that must not happen twice.
+    pub fn lease(&self) -> LeaseState {
+        self.lease.borrow().at(Instant::now())
     }
 
     /// Whether the store refused a renewal: the key may be another caller's now.
     pub fn is_lease_lost(&self) -> bool {
-        self.lease() == LeaseStatus::Lost
+        self.lease() == LeaseState::Lost
     }
 
     /// Whether the action runs under a reservation (false when the store failed open).
     pub fn is_protected(&self) -> bool {
-        self.lease() != LeaseStatus::Unprotected
+        self.lease() != LeaseState::Unprotected
     }
 
     /// A future that resolves when the lease is lost, for an action that selects over its
@@ -106,7 +118,7 @@ impl Claim {
         let mut lease = self.lease.clone();
         async move {
             if lease
-                .wait_for(|status| *status == LeaseStatus::Lost)
+                .wait_for(|view| view.state == LeaseState::Lost)
                 .await
                 .is_err()
             {

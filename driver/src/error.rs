@@ -1,23 +1,23 @@
 //! The one error a call to the coordinator can end in, and its HTTP mapping.
 
-use idem_core::{Fingerprint, KeyError, OperationError, OptionsError, ProtocolError};
+use idem_core::{Fingerprint, Key, KeyError, Operation, OperationError, ProtocolError};
 use thiserror::Error;
 
 use crate::store::StoreError;
 
-/// Why [`Coordinator::execute`](crate::Coordinator::execute) returned no value.
+/// Why a call to the [`Coordinator`](crate::Coordinator) returned no value.
 ///
 /// Every case a caller must handle is one variant, and [`http_status`](Self::http_status)
 /// says what an HTTP service answers for it:
 ///
-/// | variant | status | meaning for the client |
-/// |---|---|---|
-/// | [`InvalidKey`](Self::InvalidKey), [`InvalidOperation`](Self::InvalidOperation) | 400 | fix the request; nothing was stored or run |
-/// | [`InProgress`](Self::InProgress) | 409 | an identical request is running; retry later |
-/// | [`KeyReuse`](Self::KeyReuse) | 422 | the key belongs to another request (`I4`); use a new key |
-/// | [`StoreUnavailable`](Self::StoreUnavailable) | 503 | nothing ran (`FailClosed`); retry later |
-/// | [`ResultNotStored`](Self::ResultNotStored), [`Decode`](Self::Decode), [`InvalidOptions`](Self::InvalidOptions), [`Protocol`](Self::Protocol) | 500 | the request ran once, or the service is misconfigured; a retry will not run it again |
-/// | [`Action`](Self::Action) | the caller's | the action's own error, unchanged; the reservation was released (`I5`) |
+/// | variant | status | retry with the same key? | meaning for the client |
+/// |---|---|---|---|
+/// | [`InvalidKey`](Self::InvalidKey), [`InvalidOperation`](Self::InvalidOperation) | 400 | no | fix the request; nothing was stored or run |
+/// | [`InProgress`](Self::InProgress) | 409 | yes, later | an identical request is running |
+/// | [`KeyReuse`](Self::KeyReuse) | 422 | no | the key belongs to another request (`I4`); use a new key |
+/// | [`StoreUnavailable`](Self::StoreUnavailable), [`RuntimeShutdown`](Self::RuntimeShutdown) | 503 | yes, later | nothing ran (`FailClosed`), or the service is stopping |
+/// | [`ResultNotStored`](Self::ResultNotStored), [`OutcomeUnknown`](Self::OutcomeUnknown), [`CorruptRecord`](Self::CorruptRecord), [`Decode`](Self::Decode), [`Protocol`](Self::Protocol) | 500 | no | the request ran once, or may have, or the key's record is damaged; a retry will not run it again |
+/// | [`Action`](Self::Action) | the caller's | yes | the action's own error, unchanged; the reservation was released (`I5`) |
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error<E> {
@@ -27,17 +27,14 @@ pub enum Error<E> {
     /// The operation name was refused (`I12`).
     #[error("invalid operation: {0}")]
     InvalidOperation(#[from] OperationError),
-    /// Options broke one of their rules. Never returned by a call: it lets a caller fold the
-    /// [`OptionsError`] of [`Coordinator::build`](crate::Coordinator::build) into this type
-    /// with `?`.
-    #[error("invalid options: {0}")]
-    InvalidOptions(#[from] OptionsError),
     /// An identical request holds the key: at once under policy `Raise`, or when the
     /// waiter's deadline passed under `Wait`.
     #[error("an identical request with this idempotency key is in progress")]
     InProgress,
-    /// The key is held or completed under another fingerprint (`I4`).
-    #[error("idempotency key reused for another request (stored {stored}, given {given})")]
+    /// The key is held or completed under another fingerprint (`I4`). Both fingerprints are
+    /// kept for the service's own logs; neither is printed, so that showing the error to a
+    /// client never reveals what another request was.
+    #[error("the idempotency key was already used for another request")]
     KeyReuse {
         /// The fingerprint the key belongs to.
         stored: Fingerprint,
@@ -47,15 +44,35 @@ pub enum Error<E> {
     /// The store could not be reached and the policy is `FailClosed`: nothing ran.
     #[error("idempotency store unavailable: {0}")]
     StoreUnavailable(#[source] StoreError),
+    /// The key holds a value that is not a record this store wrote (another type, garbage
+    /// bytes, an unknown encoding): nothing ran under either store-failure policy, nothing
+    /// was retried, and the value was left as it is for a person to look at (rule 11).
+    #[error("the record of {operation} {key} is not one idem wrote: {detail}")]
+    CorruptRecord {
+        /// The operation.
+        operation: Operation,
+        /// The idempotency key.
+        key: Key,
+        /// What the store found wrong with the value.
+        detail: String,
+    },
     /// An identical request completed, but its result was not stored (over the body limit,
     /// or a value the serializer refused): it is not run again, and there is nothing to
     /// replay.
     #[error("an identical request completed, but its result was not stored")]
     ResultNotStored,
+    /// An identical request's action panicked: whether its effect happened is unknown, so it
+    /// is not run again under this key (rule 11).
+    #[error("an identical request ended abnormally; whether its effect happened is unknown")]
+    OutcomeUnknown,
     /// The stored result does not decode into the type asked for (the type changed since
     /// it was stored, or the operation name is shared by two result types).
     #[error("the stored result does not decode into the requested type: {0}")]
     Decode(#[source] serde_json::Error),
+    /// The tokio runtime shut down while a detached call ran; what its attempt held is left
+    /// to its lease.
+    #[error("the runtime shut down before the call ended")]
+    RuntimeShutdown,
     /// The driver fed the attempt machine an input it was not waiting for: a bug in this
     /// crate, reported instead of a panic.
     #[error("internal protocol error: {0}")]
@@ -74,10 +91,11 @@ impl<E> Error<E> {
             Error::InvalidKey(_) | Error::InvalidOperation(_) => Some(400),
             Error::InProgress => Some(409),
             Error::KeyReuse { .. } => Some(422),
-            Error::StoreUnavailable(_) => Some(503),
+            Error::StoreUnavailable(_) | Error::RuntimeShutdown => Some(503),
             Error::ResultNotStored
+            | Error::OutcomeUnknown
+            | Error::CorruptRecord { .. }
             | Error::Decode(_)
-            | Error::InvalidOptions(_)
             | Error::Protocol(_) => Some(500),
             Error::Action(_) => None,
         }
@@ -85,12 +103,17 @@ impl<E> Error<E> {
 
     /// Whether the same request may succeed if retried later with the same key: the
     /// holder may have finished ([`InProgress`](Self::InProgress)), the store may be back
-    /// ([`StoreUnavailable`](Self::StoreUnavailable)), or the action may succeed this time
-    /// ([`Action`](Self::Action): failures are not cached).
+    /// ([`StoreUnavailable`](Self::StoreUnavailable),
+    /// [`RuntimeShutdown`](Self::RuntimeShutdown)), or the action may succeed this time
+    /// ([`Action`](Self::Action): failures are not cached). Never for a corrupt record or an
+    /// unknown outcome: a retry gets the same answer.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::InProgress | Error::StoreUnavailable(_) | Error::Action(_)
+            Error::InProgress
+                | Error::StoreUnavailable(_)
+                | Error::RuntimeShutdown
+                | Error::Action(_)
         )
     }
 

@@ -88,37 +88,51 @@
 //! # Guarantees
 //!
 //! MODEL.md at the repository root states the invariants (`I1`..`I12`) and the cases where
-//! an action can run twice; comments here refer to them by name. The driver adds:
+//! an action can run twice; comments here refer to them by name. The driver adds, for the
+//! ways a call can end abnormally (rule 11):
 //!
-//! - **Cancellation.** A call dropped mid-way releases its reservation (or completes it, if
-//!   the action had already succeeded) from a task spawned on the current runtime; with no
-//!   runtime, the lease frees the key (`I6`).
-//! - **Panics.** An action that panics releases the reservation, then the panic resumes in
-//!   the caller.
+//! - **A caller that goes away.** [`Coordinator::execute`] is detached: the call runs on a
+//!   task of its own, so a dropped caller's future (a client that hung up, a request
+//!   timeout) never stops an action that started; it runs to its end and is recorded, and
+//!   a retry gets its result. [`Coordinator::execute_attached`] runs in the caller's
+//!   future; dropped mid-action, it leaves the key held until its lease ends (never
+//!   released), and counts and logs the drop.
+//! - **Panics.** An action that panics (or whose value panics while being encoded) is
+//!   recorded as "outcome unknown", never released: an identical retry gets
+//!   [`Error::OutcomeUnknown`] instead of a second effect. The panic then resumes in the
+//!   caller.
+//! - **A corrupt record.** A key holding a value that is not a record ends the call with
+//!   [`Error::CorruptRecord`], under either store-failure policy: nothing runs, nothing is
+//!   retried or overwritten.
+//! - **A store that never answers.** Every command is given up at the attempt's own reply
+//!   deadline ([`Options::reply_timeout`]) and retried as the attempt says; no call waits
+//!   on a store for ever.
 //! - **Values that do not encode.** The action succeeded, so the key is completed without a
 //!   body, never released; the caller still gets the value, and a retry gets
 //!   [`Error::ResultNotStored`] rather than a second effect.
 
+pub mod answer;
+mod call;
 pub mod claim;
+mod clock;
 pub mod coordinator;
 mod entropy;
 pub mod error;
-mod guard;
 pub mod memory;
 pub mod metrics;
-pub mod outcome;
+mod settle;
 pub mod store;
 
-pub use claim::{Claim, LeaseStatus};
+pub use answer::{Answer, Provenance};
+pub use claim::Claim;
 pub use coordinator::Coordinator;
 pub use error::Error;
 pub use idem_core::record;
 pub use idem_core::{
-    Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, Operation,
-    OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording, Refusal,
-    StoreFailurePolicy, Timestamp,
+    Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, LeaseState,
+    Operation, OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording,
+    Refusal, StoreFailurePolicy, StoredResult, Timestamp,
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, StoreErrors};
-pub use outcome::{Outcome, Provenance};
 pub use store::{BoxError, Store, StoreError};

@@ -26,6 +26,7 @@ use idem_core::{Key, Operation, Timestamp};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::clock::millis;
 use crate::store::{Store, StoreError};
 
 /// A shard sweeps its expired records once this many writes, or half its size if that is
@@ -261,9 +262,4 @@ fn remove<V>(map: &mut Keyed<V>, operation: &Operation, key: &Key) -> Option<V> 
 /// write is one map operation after `apply` decided), so a poisoned lock is used as is.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Whole milliseconds of `duration`, saturating.
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -1,30 +1,21 @@
 //! Counters of the coordinator's decisions, readable as a snapshot.
 //!
 //! Every call ends in exactly one of executed, replayed, in progress, key reuse, store
-//! unavailable, action failed, result not stored, decode failure or invalid input; failed
-//! open and lease lost count executions that ran without the full protection (`I7`'s two
-//! exceptions). Store errors are counted per command, including those a retry recovered.
+//! unavailable, action failed, panicked, result not stored, outcome unknown, corrupt record,
+//! decode failure or invalid input, or it is abandoned by its caller (attached calls only).
+//! Failed open, lease lost and left to lease count executions that ran without the full
+//! protection (`I7`'s named causes). Store errors are counted per command, including those
+//! a retry recovered and those the attempt gave up at its reply deadline.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-#[cfg(doc)]
-use idem_core::record::Command;
+use idem_core::record::CommandKind;
 
 /// Live counters shared by the clones of one coordinator.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
-    executed: AtomicU64,
-    replayed: AtomicU64,
-    in_progress: AtomicU64,
-    key_reuse: AtomicU64,
-    store_unavailable: AtomicU64,
-    action_failed: AtomicU64,
-    result_not_stored: AtomicU64,
-    decode_failed: AtomicU64,
-    invalid_input: AtomicU64,
-    failed_open: AtomicU64,
-    lease_lost: AtomicU64,
-    store_errors: [AtomicU64; 5],
+    counters: [AtomicU64; Counter::COUNT],
+    store_errors: [AtomicU64; CommandKind::ALL.len()],
 }
 
 /// Which counter a decision adds to.
@@ -36,64 +27,58 @@ pub(crate) enum Counter {
     KeyReuse,
     StoreUnavailable,
     ActionFailed,
+    Panicked,
     ResultNotStored,
+    OutcomeUnknown,
+    CorruptRecord,
     DecodeFailed,
     InvalidInput,
     FailedOpen,
     LeaseLost,
+    Abandoned,
+    LeftToLease,
+}
+
+impl Counter {
+    const COUNT: usize = Counter::LeftToLease as usize + 1;
 }
 
 impl Metrics {
     pub(crate) fn count(&self, counter: Counter) {
-        let cell = match counter {
-            Counter::Executed => &self.executed,
-            Counter::Replayed => &self.replayed,
-            Counter::InProgress => &self.in_progress,
-            Counter::KeyReuse => &self.key_reuse,
-            Counter::StoreUnavailable => &self.store_unavailable,
-            Counter::ActionFailed => &self.action_failed,
-            Counter::ResultNotStored => &self.result_not_stored,
-            Counter::DecodeFailed => &self.decode_failed,
-            Counter::InvalidInput => &self.invalid_input,
-            Counter::FailedOpen => &self.failed_open,
-            Counter::LeaseLost => &self.lease_lost,
-        };
-        cell.fetch_add(1, Ordering::Relaxed);
+        self.counters[counter as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a failure of the command named `command` ([`Command::name`]).
-    pub(crate) fn store_error(&self, command: &'static str) {
-        let index = match command {
-            "reserve" => 0,
-            "complete" => 1,
-            "renew" => 2,
-            "release" => 3,
-            _ => 4,
-        };
-        self.store_errors[index].fetch_add(1, Ordering::Relaxed);
+    /// Counts a failure of a `command`, whatever its cause.
+    pub(crate) fn store_error(&self, command: CommandKind) {
+        self.store_errors[command as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> MetricsSnapshot {
-        let read = |cell: &AtomicU64| cell.load(Ordering::Relaxed);
-        let errors = |index: usize| read(&self.store_errors[index]);
+        let read = |counter: Counter| self.counters[counter as usize].load(Ordering::Relaxed);
+        let errors = |kind: CommandKind| self.store_errors[kind as usize].load(Ordering::Relaxed);
         MetricsSnapshot {
-            executed: read(&self.executed),
-            replayed: read(&self.replayed),
-            in_progress: read(&self.in_progress),
-            key_reuse: read(&self.key_reuse),
-            store_unavailable: read(&self.store_unavailable),
-            action_failed: read(&self.action_failed),
-            result_not_stored: read(&self.result_not_stored),
-            decode_failed: read(&self.decode_failed),
-            invalid_input: read(&self.invalid_input),
-            failed_open: read(&self.failed_open),
-            lease_lost: read(&self.lease_lost),
+            executed: read(Counter::Executed),
+            replayed: read(Counter::Replayed),
+            in_progress: read(Counter::InProgress),
+            key_reuse: read(Counter::KeyReuse),
+            store_unavailable: read(Counter::StoreUnavailable),
+            action_failed: read(Counter::ActionFailed),
+            panicked: read(Counter::Panicked),
+            result_not_stored: read(Counter::ResultNotStored),
+            outcome_unknown: read(Counter::OutcomeUnknown),
+            corrupt_record: read(Counter::CorruptRecord),
+            decode_failed: read(Counter::DecodeFailed),
+            invalid_input: read(Counter::InvalidInput),
+            failed_open: read(Counter::FailedOpen),
+            lease_lost: read(Counter::LeaseLost),
+            abandoned: read(Counter::Abandoned),
+            left_to_lease: read(Counter::LeftToLease),
             store_errors: StoreErrors {
-                reserve: errors(0),
-                complete: errors(1),
-                renew: errors(2),
-                release: errors(3),
-                read: errors(4),
+                reserve: errors(CommandKind::Reserve),
+                complete: errors(CommandKind::Complete),
+                renew: errors(CommandKind::Renew),
+                release: errors(CommandKind::Release),
+                read: errors(CommandKind::Read),
             },
         }
     }
@@ -113,10 +98,17 @@ pub struct MetricsSnapshot {
     pub key_reuse: u64,
     /// Calls answered `StoreUnavailable` (policy `FailClosed`).
     pub store_unavailable: u64,
-    /// Calls whose action failed or panicked (the reservation was released).
+    /// Calls whose action failed (the reservation was released).
     pub action_failed: u64,
+    /// Calls whose action panicked: the record says "outcome unknown" and the panic
+    /// resumed in the caller.
+    pub panicked: u64,
     /// Calls answered `ResultNotStored`.
     pub result_not_stored: u64,
+    /// Calls answered `OutcomeUnknown` (an identical request's action had panicked).
+    pub outcome_unknown: u64,
+    /// Calls that met a value under their key that is not a record.
+    pub corrupt_record: u64,
     /// Calls whose stored result did not decode.
     pub decode_failed: u64,
     /// Calls refused for an invalid key or operation.
@@ -125,6 +117,12 @@ pub struct MetricsSnapshot {
     pub failed_open: u64,
     /// Executions whose lease lapsed while the action ran.
     pub lease_lost: u64,
+    /// Attached calls dropped by their caller before they ended.
+    pub abandoned: u64,
+    /// Abandoned calls whose action was dropped while it ran: the key stays held until its
+    /// lease ends, and a request after that may run the action again (`I7`'s "abandoned
+    /// mid-action").
+    pub left_to_lease: u64,
     /// Store errors by command, including those a retry recovered.
     pub store_errors: StoreErrors,
 }

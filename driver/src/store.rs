@@ -14,7 +14,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 
-use idem_core::record::{Command, Reply};
+use idem_core::record::{Command, CommandKind, Reply};
 use idem_core::{Key, Operation};
 use thiserror::Error;
 
@@ -65,8 +65,8 @@ pub enum StoreError {
     /// unknown: it may have been applied.
     #[error("store unavailable during {command}: {source}")]
     Unavailable {
-        /// The command's name ([`Command::name`]).
-        command: &'static str,
+        /// The command that failed.
+        command: CommandKind,
         /// What the backend reported.
         #[source]
         source: BoxError,
@@ -87,7 +87,7 @@ impl StoreError {
     /// An [`Unavailable`](Self::Unavailable) error for `command`.
     pub fn unavailable(command: &Command, source: impl Into<BoxError>) -> Self {
         Self::Unavailable {
-            command: command.name(),
+            command: command.kind(),
             source: source.into(),
         }
     }

@@ -35,7 +35,7 @@ async fn many_on_one_key<S: Store>(
                         "payment.charge",
                         "order-1",
                         fingerprint("o-1", 100),
-                        |claim| async move {
+                        move |claim| async move {
                             let takes = Duration::from_millis(20);
                             provider.charge_for(claim, "o-1", 100, takes).await
                         },
@@ -83,7 +83,7 @@ async fn many_keys_many_tasks_make_one_charge_per_key() {
                         "payment.charge",
                         &key,
                         fingerprint(&key, 1),
-                        |claim| async move {
+                        move |claim| async move {
                             runs.fetch_add(1, Ordering::SeqCst);
                             tokio::task::yield_now().await;
                             Ok::<_, ProviderTimeout>(claim.key().as_str().to_owned())
@@ -123,18 +123,26 @@ async fn waiter_answer_time<S: Store>(store: S) -> (u128, Provenance) {
         let payments = payments.clone();
         tokio::spawn(async move {
             payments
-                .execute("payment.charge", "k", fingerprint("o", 1), |_claim| async {
-                    tokio::time::sleep(Duration::from_millis(1_000)).await;
-                    Ok::<_, ProviderTimeout>(1)
-                })
+                .execute(
+                    "payment.charge",
+                    "k",
+                    fingerprint("o", 1),
+                    move |_claim| async move {
+                        tokio::time::sleep(Duration::from_millis(1_000)).await;
+                        Ok::<_, ProviderTimeout>(1)
+                    },
+                )
                 .await
         })
     };
     tokio::time::sleep(Duration::from_millis(10)).await;
     let waited = payments
-        .execute_with_provenance("payment.charge", "k", fingerprint("o", 1), |_claim| async {
-            Ok::<_, ProviderTimeout>(2)
-        })
+        .execute_with_provenance(
+            "payment.charge",
+            "k",
+            fingerprint("o", 1),
+            move |_claim| async move { Ok::<_, ProviderTimeout>(2) },
+        )
         .await
         .unwrap();
     let at = common::elapsed_ms(start);
@@ -194,9 +202,12 @@ async fn spurious_notices_do_not_make_a_waiter_spin() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     let start = tokio::time::Instant::now();
     let waited = payments
-        .execute("payment.charge", "k", fingerprint("o", 1), |_claim| async {
-            Ok::<_, ProviderTimeout>(2)
-        })
+        .execute(
+            "payment.charge",
+            "k",
+            fingerprint("o", 1),
+            move |_claim| async move { Ok::<_, ProviderTimeout>(2) },
+        )
         .await
         .unwrap();
     assert_eq!(waited, 1);
@@ -205,7 +216,10 @@ async fn spurious_notices_do_not_make_a_waiter_spin() {
         "{:?}",
         start.elapsed()
     );
-    let reserves = payments.store().0.calls("reserve");
+    let reserves = payments
+        .store()
+        .0
+        .calls(idem_core::record::CommandKind::Reserve);
     // The holder's reserve; the waiter's first, and the first notice's (not yet known to
     // be spurious); then at most one per 10 ms of the remaining second.
     assert!(reserves <= 1 + 2 + 100, "{reserves} reserves");

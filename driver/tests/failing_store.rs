@@ -30,9 +30,9 @@ fn over(
 async fn call(
     coordinator: &Coordinator<FlakyStore<MemoryStore>>,
     runs: &AtomicU32,
-) -> Result<idem::Outcome<u32>, Error<ProviderTimeout>> {
+) -> Result<idem::Answer<u32>, Error<ProviderTimeout>> {
     coordinator
-        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute_attached_with_provenance(OP, "k", fingerprint("o", 1), move |_claim| async move {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok(42)
         })
@@ -48,7 +48,7 @@ async fn fail_closed_runs_nothing_and_answers_503() {
     let error = call(&coordinator, &runs).await.unwrap_err();
     match &error {
         Error::StoreUnavailable(StoreError::Unavailable { command, .. }) => {
-            assert_eq!(*command, "reserve");
+            assert_eq!(*command, idem_core::record::CommandKind::Reserve);
         }
         other => panic!("expected StoreUnavailable, got {other:?}"),
     }
@@ -63,7 +63,11 @@ async fn fail_closed_runs_nothing_and_answers_503() {
 
 #[tokio::test(start_paused = true)]
 async fn fail_open_records_the_result_if_the_store_is_back_for_the_complete() {
-    let store = FlakyStore::new(MemoryStore::new()).fault("reserve", 0..3, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Reserve,
+        0..3,
+        Fault::Fail,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailOpen);
     let runs = AtomicU32::new(0);
     let outcome = call(&coordinator, &runs).await.unwrap();
@@ -84,7 +88,11 @@ async fn fail_open_records_the_result_if_the_store_is_back_for_the_complete() {
 
 #[tokio::test(start_paused = true)]
 async fn a_transient_reserve_failure_is_retried() {
-    let store = FlakyStore::new(MemoryStore::new()).fault("reserve", 0..1, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Reserve,
+        0..1,
+        Fault::Fail,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let runs = AtomicU32::new(0);
     let outcome = call(&coordinator, &runs).await.unwrap();
@@ -101,7 +109,11 @@ async fn a_transient_reserve_failure_is_retried() {
 #[tokio::test(start_paused = true)]
 async fn a_reserve_whose_reply_was_lost_is_retried_with_the_same_token() {
     // I11: the retry finds its own reservation, not someone else's, and runs once.
-    let store = FlakyStore::new(MemoryStore::new()).fault("reserve", 0..1, Fault::LoseReply);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Reserve,
+        0..1,
+        Fault::LoseReply,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let runs = AtomicU32::new(0);
     let outcome = call(&coordinator, &runs).await.unwrap();
@@ -113,13 +125,22 @@ async fn a_reserve_whose_reply_was_lost_is_retried_with_the_same_token() {
         }
     ));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(coordinator.store().calls("reserve"), 2);
+    assert_eq!(
+        coordinator
+            .store()
+            .calls(idem_core::record::CommandKind::Reserve),
+        2
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_complete_whose_reply_was_lost_is_recognised() {
     // I3: the retried complete is answered `Repeated`; the result is recorded once.
-    let store = FlakyStore::new(MemoryStore::new()).fault("complete", 0..1, Fault::LoseReply);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Complete,
+        0..1,
+        Fault::LoseReply,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let runs = AtomicU32::new(0);
     let outcome = call(&coordinator, &runs).await.unwrap();
@@ -137,7 +158,11 @@ async fn a_complete_whose_reply_was_lost_is_recognised() {
 
 #[tokio::test(start_paused = true)]
 async fn a_complete_that_keeps_failing_returns_the_value_and_says_unknown() {
-    let store = FlakyStore::new(MemoryStore::new()).fault("complete", 0..3, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Complete,
+        0..3,
+        Fault::Fail,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let runs = AtomicU32::new(0);
     let outcome = call(&coordinator, &runs).await.unwrap();
@@ -158,10 +183,14 @@ async fn a_complete_that_keeps_failing_returns_the_value_and_says_unknown() {
 
 #[tokio::test(start_paused = true)]
 async fn a_release_that_keeps_failing_returns_the_error_and_leaves_the_key_to_the_lease() {
-    let store = FlakyStore::new(MemoryStore::new()).fault("release", 0..3, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Release,
+        0..3,
+        Fault::Fail,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let failed = coordinator
-        .execute(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute_attached(OP, "k", fingerprint("o", 1), move |_claim| async move {
             Err::<u32, _>(ProviderTimeout)
         })
         .await;
@@ -176,10 +205,14 @@ async fn a_release_that_keeps_failing_returns_the_error_and_leaves_the_key_to_th
 
 #[tokio::test(start_paused = true)]
 async fn renewals_that_fail_for_a_while_keep_the_key() {
-    let store = FlakyStore::new(MemoryStore::new()).fault("renew", 0..2, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Renew,
+        0..2,
+        Fault::Fail,
+    );
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let outcome = coordinator
-        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute_attached_with_provenance(OP, "k", fingerprint("o", 1), move |_claim| async move {
             tokio::time::sleep(Duration::from_secs(6)).await;
             Ok::<_, ProviderTimeout>(1)
         })
@@ -200,8 +233,12 @@ async fn renewals_that_fail_for_a_while_keep_the_key() {
 async fn a_fail_closed_refusal_releases_a_reserve_that_may_have_landed() {
     // The first reserve is applied but its reply is lost; the two retries fail outright.
     let store = FlakyStore::new(MemoryStore::new())
-        .fault("reserve", 0..1, Fault::LoseReply)
-        .fault("reserve", 1..3, Fault::Fail);
+        .fault(
+            idem_core::record::CommandKind::Reserve,
+            0..1,
+            Fault::LoseReply,
+        )
+        .fault(idem_core::record::CommandKind::Reserve, 1..3, Fault::Fail);
     let coordinator = over(store, StoreFailurePolicy::FailClosed);
     let runs = AtomicU32::new(0);
     let refused = call(&coordinator, &runs).await.unwrap_err();
@@ -210,7 +247,12 @@ async fn a_fail_closed_refusal_releases_a_reserve_that_may_have_landed() {
     // The store is back: the release sent as the call returned frees the key at once,
     // instead of leaving it reserved for a lease.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(coordinator.store().calls("release"), 1);
+    assert_eq!(
+        coordinator
+            .store()
+            .calls(idem_core::record::CommandKind::Release),
+        1
+    );
     assert_eq!(read(&**coordinator.store(), OP, "k").await, None);
     assert_eq!(call(&coordinator, &runs).await.unwrap().value, 42);
 }

@@ -22,19 +22,26 @@ use idem::{
     Coordinator, Error, InFlightPolicy, MemoryStore, Options, Provenance, Recording, Store,
     StoreFailurePolicy,
 };
+use idem_core::record::CommandKind;
 
 const CALLERS: u64 = 8;
 
 /// A store that fails on a schedule drawn from `random`.
 fn flaky(random: &mut Seeded) -> FlakyStore<MemoryStore> {
     let mut store = FlakyStore::new(MemoryStore::new());
-    for command in ["reserve", "complete", "renew", "release"] {
+    for command in [
+        CommandKind::Reserve,
+        CommandKind::Complete,
+        CommandKind::Renew,
+        CommandKind::Release,
+    ] {
         for _ in 0..random.below(4) {
             let from = random.below(20) as usize;
             let calls = from..from + 1 + random.below(3) as usize;
-            let fault = match random.below(3) {
+            let fault = match random.below(4) {
                 0 => Fault::Fail,
                 1 => Fault::LoseReply,
+                2 => Fault::Hang,
                 _ => Fault::Delay(Duration::from_millis(random.below(1_500))),
             };
             store = store.fault(command, calls, fault);
@@ -77,7 +84,7 @@ async fn check<S: Store>(store: S, random: &mut Seeded) -> Result<u32, String> {
                         "payment.charge",
                         "k",
                         fingerprint("o", 1),
-                        |_claim| async move {
+                        move |_claim| async move {
                             runs.fetch_add(1, Ordering::SeqCst);
                             tokio::time::sleep(takes).await;
                             Ok::<_, ProviderTimeout>(caller)

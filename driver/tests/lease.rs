@@ -26,7 +26,7 @@ fn short_lease() -> Options {
 async fn slow_action_and_a_second_caller<S: Store>(
     store: S,
 ) -> (
-    Result<idem::Outcome<Vec<String>>, Error<ProviderTimeout>>,
+    Result<idem::Answer<Vec<String>>, Error<ProviderTimeout>>,
     Result<Vec<String>, Error<ProviderTimeout>>,
 ) {
     let coordinator = Coordinator::new(store, short_lease()).with_seed(5);
@@ -34,7 +34,7 @@ async fn slow_action_and_a_second_caller<S: Store>(
         let coordinator = coordinator.clone();
         tokio::spawn(async move {
             coordinator
-                .execute_with_provenance(OP, "k", fingerprint("o", 1), |claim| async move {
+                .execute_with_provenance(OP, "k", fingerprint("o", 1), move |claim| async move {
                     let mut seen = Vec::new();
                     for _ in 0..10 {
                         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -47,7 +47,7 @@ async fn slow_action_and_a_second_caller<S: Store>(
     };
     tokio::time::sleep(Duration::from_secs(5)).await;
     let second = coordinator
-        .execute(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
             Ok(Vec::new())
         })
         .await;
@@ -85,13 +85,17 @@ async fn a_store_that_ignores_renewals_is_caught_losing_the_key() {
 #[tokio::test(start_paused = true)]
 async fn a_lost_lease_is_told_to_the_action_and_reported() {
     // Renewals fail until the test lets them through again.
-    let store = FlakyStore::new(MemoryStore::new()).fault("renew", 0..usize::MAX, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Renew,
+        0..usize::MAX,
+        Fault::Fail,
+    );
     let coordinator = Coordinator::new(store, short_lease()).with_seed(9);
     let holder = {
         let coordinator = coordinator.clone();
         tokio::spawn(async move {
             coordinator
-                .execute_with_provenance(OP, "k", fingerprint("o", 1), |claim| async move {
+                .execute_with_provenance(OP, "k", fingerprint("o", 1), move |claim| async move {
                     let lost = claim.lease_lost();
                     tokio::pin!(lost);
                     let mut seen = vec![format!("{:?}", claim.lease())];
@@ -112,7 +116,7 @@ async fn a_lost_lease_is_told_to_the_action_and_reported() {
     // The lease runs out at 1 s; another caller takes the key at 1.2 s and completes.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let taker = coordinator
-        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute_with_provenance(OP, "k", fingerprint("o", 1), move |_claim| async move {
             Ok::<_, ProviderTimeout>(Vec::<String>::new())
         })
         .await
@@ -140,7 +144,7 @@ async fn a_lost_lease_is_told_to_the_action_and_reported() {
     assert!(counted.store_errors.renew >= 1);
     // The record is the taker's: a replay gets its (empty) result.
     let replay = coordinator
-        .execute(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
             Ok::<_, ProviderTimeout>(vec!["unused".to_owned()])
         })
         .await
@@ -151,10 +155,14 @@ async fn a_lost_lease_is_told_to_the_action_and_reported() {
 #[tokio::test(start_paused = true)]
 async fn a_lease_that_lapsed_unnoticed_is_reported_by_the_late_complete() {
     // Renewals keep failing; nobody takes the key; the action finishes at 3 s.
-    let store = FlakyStore::new(MemoryStore::new()).fault("renew", 0..usize::MAX, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Renew,
+        0..usize::MAX,
+        Fault::Fail,
+    );
     let coordinator = Coordinator::new(store, short_lease()).with_seed(11);
     let outcome = coordinator
-        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute_with_provenance(OP, "k", fingerprint("o", 1), move |_claim| async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
             Ok::<_, ProviderTimeout>(7)
         })
@@ -169,7 +177,7 @@ async fn a_lease_that_lapsed_unnoticed_is_reported_by_the_late_complete() {
         }
     );
     let replay = coordinator
-        .execute(OP, "k", fingerprint("o", 1), |_claim| async {
+        .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
             Ok::<_, ProviderTimeout>(8)
         })
         .await

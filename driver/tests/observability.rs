@@ -54,14 +54,18 @@ impl Captured {
 
 /// One call of each kind on a store whose first reserve fails, then the counters.
 async fn one_of_each(policy: StoreFailurePolicy) -> MetricsSnapshot {
-    let store = FlakyStore::new(MemoryStore::new()).fault("reserve", 0..1, Fault::Fail);
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Reserve,
+        0..1,
+        Fault::Fail,
+    );
     let options = Options::builder()
         .in_flight(InFlightPolicy::Raise)
         .on_store_failure(policy)
         .build()
         .unwrap();
     let coordinator = Coordinator::new(store, options).with_seed(13);
-    let ok = |_claim| async { Ok::<_, ProviderTimeout>(1) };
+    let ok = move |_claim| async move { Ok::<_, ProviderTimeout>(1) };
     // Executed (after one failed reserve), then replayed.
     coordinator
         .execute(OP, "k1", fingerprint("o", 1), ok)
@@ -81,7 +85,7 @@ async fn one_of_each(policy: StoreFailurePolicy) -> MetricsSnapshot {
             .is_err()
     );
     let failed = coordinator
-        .execute(OP, "k2", fingerprint("o", 1), |_claim| async {
+        .execute(OP, "k2", fingerprint("o", 1), move |_claim| async move {
             Err::<u32, _>(ProviderTimeout)
         })
         .await;
@@ -158,8 +162,10 @@ async fn the_counters_add_up() {
     expected.store_unavailable = 1;
     expected.action_failed = 1;
     expected.invalid_input = 1;
-    // The first reserve failed once; the down store failed one reserve and its 2 retries.
+    // The first reserve failed once; the down store failed one reserve and its 2 retries,
+    // and the release that settles the fail-closed refusal, sent while it was still down.
     expected.store_errors.reserve = 1 + 3;
+    expected.store_errors.release = 1;
     assert_eq!(counted, expected);
 
     let counted = one_of_each(StoreFailurePolicy::FailOpen).await;

@@ -31,9 +31,14 @@ fn hold(
 
 async fn second_call(
     coordinator: &Coordinator<MemoryStore>,
-) -> Result<idem::Outcome<u32>, Error<ProviderTimeout>> {
+) -> Result<idem::Answer<u32>, Error<ProviderTimeout>> {
     coordinator
-        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async { Ok(2) })
+        .execute_with_provenance(
+            OP,
+            "k",
+            fingerprint("o", 1),
+            move |_claim| async move { Ok(2) },
+        )
         .await
 }
 

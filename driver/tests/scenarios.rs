@@ -28,7 +28,7 @@ async fn first_request_still_running(
                 "payment.charge",
                 "order-1",
                 fingerprint("o-1", 100),
-                |claim| async move { provider.charge_for(claim, "o-1", 100, CHARGE_TAKES).await },
+                move |claim| async move { provider.charge_for(claim, "o-1", 100, CHARGE_TAKES).await },
             )
             .await
     };
@@ -89,7 +89,7 @@ async fn same_key_same_amount_replays_another_amount_is_key_reuse() {
     let payments = common::coordinator(Options::default());
     let charge = |amount: u64| {
         let provider = &provider;
-        payments.execute_with_provenance(
+        payments.execute_attached_with_provenance(
             "payment.charge",
             "order-1",
             fingerprint("o-1", amount),
@@ -130,11 +130,11 @@ async fn a_failure_is_not_cached_and_the_retry_charges_once() {
     let provider = Provider::default();
     let payments = common::coordinator(Options::default());
     let first = payments
-        .execute(
+        .execute_attached(
             "payment.charge",
             "order-1",
             fingerprint("o-1", 100),
-            |_claim| async {
+            move |_claim| async move {
                 tokio::time::sleep(CHARGE_TAKES).await;
                 Err::<Charge, _>(ProviderTimeout)
             },
@@ -144,7 +144,7 @@ async fn a_failure_is_not_cached_and_the_retry_charges_once() {
     assert_eq!(first.unwrap_err().http_status(), None);
 
     let second = payments
-        .execute(
+        .execute_attached(
             "payment.charge",
             "order-1",
             fingerprint("o-1", 100),
@@ -168,7 +168,7 @@ async fn an_unreachable_store_fails_open_by_default_and_says_so() {
     );
     let provider = Provider::default();
     let outcome = payments
-        .execute_with_provenance(
+        .execute_attached_with_provenance(
             "payment.charge",
             "order-1",
             fingerprint("o-1", 100),
@@ -205,7 +205,7 @@ async fn one_key_under_two_operations_is_two_records() {
     let provider = Provider::default();
     for operation in ["order.create", "order.cancel", "order.create"] {
         payments
-            .execute(operation, "order-1", fingerprint("o-1", 100), |_claim| {
+            .execute_attached(operation, "order-1", fingerprint("o-1", 100), |_claim| {
                 let provider = &provider;
                 async move {
                     Ok::<_, ProviderTimeout>(
@@ -233,11 +233,11 @@ async fn a_seeded_coordinator_draws_the_same_tokens_every_run() {
         let mut owners = Vec::new();
         for key in ["a", "b"] {
             let owner = payments
-                .execute(
+                .execute_attached(
                     "payment.charge",
                     key,
                     fingerprint(key, 1),
-                    |claim| async move { Ok::<_, ProviderTimeout>(claim.owner().to_string()) },
+                    move |claim| async move { Ok::<_, ProviderTimeout>(claim.owner().to_string()) },
                 )
                 .await
                 .unwrap();

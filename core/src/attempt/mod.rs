@@ -199,6 +199,14 @@ impl Attempt {
         matches!(self.phase, Phase::Finished(_))
     }
 
+    /// How the attempt ended, once it has.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.phase {
+            Phase::Finished(outcome) => Some(outcome),
+            _ => None,
+        }
+    }
+
     /// Whether a command is out and its reply still awaited. Once this turns false without
     /// an input from the driver (its reply deadline passed at a [`poll`](Self::poll)), the
     /// driver drops the command and never feeds its reply.

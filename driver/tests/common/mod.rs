@@ -12,7 +12,7 @@ use std::time::Duration;
 use idem::{
     Claim, Coordinator, Fingerprint, Key, MemoryStore, Operation, Options, Store, StoreError,
 };
-use idem_core::record::{Command, Reply};
+use idem_core::record::{Command, CommandKind, Reply};
 use serde::{Deserialize, Serialize};
 
 /// What the payment provider returns.
@@ -139,11 +139,15 @@ pub enum Fault {
     LoseReply,
     /// The command is answered only after this long.
     Delay(Duration),
+    /// The command is never answered (a store that hangs); it is not applied.
+    Hang,
+    /// The store answers that the key holds a value that is not a record.
+    Corrupt,
 }
 
 #[derive(Debug)]
 struct Rule {
-    command: &'static str,
+    command: CommandKind,
     calls: std::ops::Range<usize>,
     fault: Fault,
 }
@@ -154,7 +158,7 @@ struct Rule {
 pub struct FlakyStore<S> {
     pub inner: S,
     rules: Mutex<Vec<Rule>>,
-    calls: Mutex<HashMap<&'static str, usize>>,
+    calls: Mutex<HashMap<CommandKind, usize>>,
     down: AtomicBool,
 }
 
@@ -169,7 +173,7 @@ impl<S: Store> FlakyStore<S> {
     }
 
     /// Calls `calls` of `command` meet `fault`.
-    pub fn fault(self, command: &'static str, calls: std::ops::Range<usize>, fault: Fault) -> Self {
+    pub fn fault(self, command: CommandKind, calls: std::ops::Range<usize>, fault: Fault) -> Self {
         self.rules.lock().unwrap().push(Rule {
             command,
             calls,
@@ -189,16 +193,16 @@ impl<S: Store> FlakyStore<S> {
     }
 
     /// How many times `command` was called.
-    pub fn calls(&self, command: &str) -> usize {
+    pub fn calls(&self, command: CommandKind) -> usize {
         self.calls
             .lock()
             .unwrap()
-            .get(command)
+            .get(&command)
             .copied()
             .unwrap_or(0)
     }
 
-    fn fault_for(&self, command: &'static str) -> Option<Fault> {
+    fn fault_for(&self, command: CommandKind) -> Option<Fault> {
         if self.down.load(Ordering::SeqCst) {
             self.count(command);
             return Some(Fault::Fail);
@@ -211,7 +215,7 @@ impl<S: Store> FlakyStore<S> {
             .map(|rule| rule.fault)
     }
 
-    fn count(&self, command: &'static str) -> usize {
+    fn count(&self, command: CommandKind) -> usize {
         let mut calls = self.calls.lock().unwrap();
         let slot = calls.entry(command).or_default();
         *slot += 1;
@@ -226,7 +230,7 @@ impl<S: Store> Store for FlakyStore<S> {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        match self.fault_for(command.name()) {
+        match self.fault_for(command.kind()) {
             None => self.inner.apply(operation, key, command).await,
             Some(Fault::Fail) => Err(StoreError::unavailable(&command, "injected: not applied")),
             Some(Fault::LoseReply) => {
@@ -238,6 +242,11 @@ impl<S: Store> Store for FlakyStore<S> {
                 tokio::time::sleep(delay).await;
                 self.inner.apply(operation, key, command).await
             }
+            Some(Fault::Hang) => std::future::pending().await,
+            Some(Fault::Corrupt) => Err(StoreError::Corrupt {
+                key: format!("{operation}:{key}"),
+                detail: "injected: a value that is not a record".into(),
+            }),
         }
     }
 
@@ -301,8 +310,8 @@ impl Store for Broken {
             (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),
             (Bug::ResultCache, Command::Reserve { owner, lease, .. }) => {
                 match self.inner.apply(operation, key, Command::Read).await? {
-                    Reply::Read(Some(idem_core::Record::Completed { body, .. })) => {
-                        Ok(Reply::Replay { body })
+                    Reply::Read(Some(idem_core::Record::Completed { result, .. })) => {
+                        Ok(Reply::Replay { result })
                     }
                     _ => Ok(Reply::Reserved(self.granted(*owner, *lease))),
                 }
@@ -351,10 +360,15 @@ pub fn spawn_call<S: Store>(
     let coordinator = coordinator.clone();
     tokio::spawn(async move {
         coordinator
-            .execute("payment.charge", key, fingerprint, |_claim| async move {
-                tokio::time::sleep(takes).await;
-                result
-            })
+            .execute(
+                "payment.charge",
+                key,
+                fingerprint,
+                move |_claim| async move {
+                    tokio::time::sleep(takes).await;
+                    result
+                },
+            )
             .await
     })
 }

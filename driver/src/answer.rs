@@ -4,7 +4,7 @@ use idem_core::Recording;
 
 /// A call's value and its provenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome<T> {
+pub struct Answer<T> {
     /// The action's value: from this call's execution, or decoded from the stored result.
     pub value: T,
     /// Where the value came from.

@@ -1,0 +1,486 @@
+//! One call: the attempt machine pumped with real time, a real store and the caller's
+//! action.
+//!
+//! The call owns no decisions. It loops on [`Attempt::poll`] at the caller's clock: it sends
+//! the commands the attempt asks for to the [`Store`] and feeds back the replies, gives a
+//! command up when the attempt says its reply deadline passed, runs the action when told to,
+//! keeps polling for renewals while the action runs (waiting on the action, the outstanding
+//! command, a change notice and a timer together), and turns the attempt's outcome into the
+//! typed result.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::{Fuse, FusedFuture};
+use idem_core::record::{Body, CommandKind, Reply, StoredResult};
+use idem_core::{
+    ActionResult, Execution, Key, LeaseState, Operation, Outcome, Protection, ProtocolError, Step,
+    Timestamp,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::answer::{Answer, Provenance};
+use crate::claim::{Claim, LeaseView};
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::metrics::{Counter, Metrics};
+use crate::settle::AttemptGuard;
+use crate::store::{Store, StoreError};
+
+/// How a call ended: with an answer for the caller, or with the action's panic to resume in
+/// the caller once the attempt recorded it.
+pub(crate) enum Ended<T, E> {
+    Answer(Result<Answer<T>, Error<E>>),
+    Panic(Box<dyn Any + Send>),
+}
+
+impl<T, E> From<Error<E>> for Ended<T, E> {
+    fn from(error: Error<E>) -> Self {
+        Ended::Answer(Err(error))
+    }
+}
+
+/// The state of one call while its attempt runs.
+pub(crate) struct Call<S: Store, T, E> {
+    store: Arc<S>,
+    metrics: Arc<Metrics>,
+    clock: Clock,
+    operation: Operation,
+    key: Key,
+    guard: AttemptGuard<S>,
+    /// The action's value, once it succeeded.
+    value: Option<T>,
+    /// The action's error, once it failed.
+    failure: Option<E>,
+    /// The action's panic, resumed once the attempt has recorded it.
+    panic: Option<Box<dyn Any + Send>>,
+    /// The last store failure, for `StoreUnavailable`.
+    store_error: Option<StoreError>,
+    /// What the store said of a corrupt record.
+    corrupt: Option<String>,
+    /// Tells the action's claim about its lease while the action runs.
+    lease: Option<watch::Sender<LeaseView>>,
+}
+
+impl<S: Store, T, E> Call<S, T, E>
+where
+    T: Serialize + DeserializeOwned,
+{
+    pub(crate) fn new(
+        guard: AttemptGuard<S>,
+        store: Arc<S>,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+    ) -> Self {
+        let (operation, key) = (
+            guard.attempt.operation().clone(),
+            guard.attempt.key().clone(),
+        );
+        Self {
+            store,
+            metrics,
+            clock,
+            operation,
+            key,
+            guard,
+            value: None,
+            failure: None,
+            panic: None,
+            store_error: None,
+            corrupt: None,
+            lease: None,
+        }
+    }
+
+    pub(crate) async fn drive<F, Fut>(mut self, action: F) -> Ended<T, E>
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.pump(action).await {
+            Ok(ended) => ended,
+            Err(error) => error.into(),
+        }
+    }
+
+    async fn pump<F, Fut>(&mut self, action: F) -> Result<Ended<T, E>, Error<E>>
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let store = Arc::clone(&self.store);
+        let (operation, key) = (self.operation.clone(), self.key.clone());
+        let mut action = Some(action);
+        let mut running = pin!(Fuse::terminated());
+        let mut command = pin!(Fuse::terminated());
+        let mut sent: Option<CommandKind> = None;
+        loop {
+            let now = self.clock.now();
+            let step = self.guard.attempt.poll(now);
+            if let Some(kind) = sent
+                && !self.guard.attempt.awaiting_reply()
+            {
+                // Rule 12: the attempt gave the command up at its reply deadline.
+                command.set(Fuse::terminated());
+                sent = None;
+                self.metrics.store_error(kind);
+                tracing::warn!(
+                    operation = %self.operation,
+                    key = %self.key,
+                    command = %kind,
+                    "no reply by the attempt's deadline; the command's effect is unknown"
+                );
+            }
+            self.publish_lease(now);
+            match step {
+                Step::Done(outcome) => return Ok(self.conclude(outcome)),
+                Step::Run => {
+                    let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
+                    let claim = self.claim(now);
+                    tracing::debug!(
+                        operation = %self.operation,
+                        key = %self.key,
+                        protected = claim.is_protected(),
+                        "running the action"
+                    );
+                    // A panic while making the future counts as the action's panic.
+                    match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
+                        Ok(future) => running.set(AssertUnwindSafe(future).catch_unwind().fuse()),
+                        Err(payload) => self.action_finished(Err(payload))?,
+                    }
+                }
+                Step::Send { command: next, .. } => {
+                    sent = Some(next.kind());
+                    command.set(store.apply(&operation, &key, next).fuse());
+                }
+                Step::Wait { until } => {
+                    // A waiter listens for the holder's end from the instant the attempt
+                    // gives; the watch is registered now, before sleeping, so a change in
+                    // between still wakes it (the store's contract for `changed`).
+                    let notices = running
+                        .is_terminated()
+                        .then(|| self.guard.attempt.notices_from(now))
+                        .flatten();
+                    let changed = notices.map(|from| (from, store.changed(&operation, &key)));
+                    let clock = self.clock;
+                    let notice = async move {
+                        match changed {
+                            Some((from, changed)) => {
+                                if from > now {
+                                    clock.sleep_until(Some(from)).await;
+                                }
+                                changed.await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        biased;
+                        answer = command.as_mut(), if !command.is_terminated() => {
+                            let kind = sent.take().ok_or(ProtocolError::NoCommandOutstanding)?;
+                            self.answered(kind, answer)?;
+                        }
+                        result = running.as_mut(), if !running.is_terminated() => {
+                            self.action_finished(result)?;
+                        }
+                        () = notice => {
+                            if self.guard.attempt.handle_record_changed(self.clock.now()) {
+                                tracing::trace!(
+                                    operation = %self.operation,
+                                    key = %self.key,
+                                    "the holder's record changed; reserving again"
+                                );
+                            }
+                        }
+                        () = self.clock.sleep_until(until) => {
+                            if until.is_none() && running.is_terminated() && command.is_terminated() {
+                                // Nothing could ever move the attempt again; the machine
+                                // never asks for this.
+                                return Err(ProtocolError::ActionNotRunning.into());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Feeds the store's answer to the attempt.
+    fn answered(
+        &mut self,
+        command: CommandKind,
+        answer: Result<Reply, StoreError>,
+    ) -> Result<(), Error<E>> {
+        let now = self.clock.now();
+        let attempt = &mut self.guard.attempt;
+        match answer {
+            Ok(reply) => {
+                tracing::trace!(
+                    operation = %self.operation,
+                    key = %self.key,
+                    %command,
+                    ?reply,
+                    "store replied"
+                );
+                attempt.handle_reply(reply, now)?;
+            }
+            Err(StoreError::Corrupt { detail, .. }) => {
+                tracing::error!(
+                    operation = %self.operation,
+                    key = %self.key,
+                    %command,
+                    %detail,
+                    "the key holds a value that is not a record; nothing is run or written"
+                );
+                self.corrupt = Some(detail);
+                attempt.handle_corrupt_record(now)?;
+            }
+            Err(error) => {
+                self.metrics.store_error(command);
+                tracing::warn!(
+                    operation = %self.operation,
+                    key = %self.key,
+                    %command,
+                    %error,
+                    "store command failed"
+                );
+                self.store_error = Some(error);
+                attempt.handle_store_error(now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The action finished (returned or panicked): keep its value, error or panic, and
+    /// tell the attempt what to record.
+    fn action_finished(
+        &mut self,
+        result: Result<Result<T, E>, Box<dyn Any + Send>>,
+    ) -> Result<(), Error<E>> {
+        // The claim's lease no longer matters; a lease-lost future now never resolves.
+        self.lease = None;
+        let fed = match result {
+            Ok(Ok(value)) => {
+                // Rule 11: a value whose `Serialize` panics is a panic after the effect.
+                match panic::catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(&value))) {
+                    Ok(Ok(bytes)) => {
+                        self.value = Some(value);
+                        ActionResult::Succeeded(Body::new(bytes))
+                    }
+                    Ok(Err(error)) => {
+                        tracing::warn!(
+                            operation = %self.operation,
+                            key = %self.key,
+                            %error,
+                            "the action's value cannot be encoded; completing without a body"
+                        );
+                        self.value = Some(value);
+                        ActionResult::Unrecordable
+                    }
+                    Err(payload) => self.panicked(payload),
+                }
+            }
+            Ok(Err(error)) => {
+                self.failure = Some(error);
+                ActionResult::Failed
+            }
+            Err(payload) => self.panicked(payload),
+        };
+        let now = self.clock.now();
+        self.guard.attempt.handle_action_result(fed, now)?;
+        Ok(())
+    }
+
+    fn panicked(&mut self, payload: Box<dyn Any + Send>) -> ActionResult {
+        tracing::error!(
+            operation = %self.operation,
+            key = %self.key,
+            "the action panicked; its effect is unknown, so the key is recorded as such and \
+             never given back"
+        );
+        self.panic = Some(payload);
+        ActionResult::Panicked
+    }
+
+    /// The claim handed to the action, and the channel that keeps its lease view.
+    fn claim(&mut self, now: Timestamp) -> Claim {
+        let (sender, receiver) = watch::channel(self.lease_view(now));
+        self.lease = Some(sender);
+        Claim::new(
+            self.operation.clone(),
+            self.key.clone(),
+            self.guard.attempt.owner(),
+            receiver,
+        )
+    }
+
+    fn lease_view(&self, now: Timestamp) -> LeaseView {
+        let attempt = &self.guard.attempt;
+        LeaseView {
+            state: attempt.lease(now),
+            confirmed_until: attempt
+                .lease_confirmed_until()
+                .and_then(|until| self.clock.instant(until)),
+        }
+    }
+
+    /// Tells the running action's claim what the attempt knows about its lease.
+    fn publish_lease(&self, now: Timestamp) {
+        let Some(sender) = &self.lease else {
+            return;
+        };
+        let view = self.lease_view(now);
+        if view.state == LeaseState::NotRunning {
+            return;
+        }
+        let mut worse = false;
+        sender.send_if_modified(|current| {
+            let moved = *current != view;
+            worse = current.state != view.state && view.state != LeaseState::Held;
+            *current = view;
+            moved
+        });
+        if worse {
+            tracing::warn!(
+                operation = %self.operation,
+                key = %self.key,
+                lease = ?view.state,
+                "the running action's lease is no longer confirmed"
+            );
+        }
+    }
+
+    /// Turns the attempt's outcome into the call's result.
+    fn conclude(&mut self, outcome: Outcome) -> Ended<T, E> {
+        let metrics = &self.metrics;
+        let (operation, key) = (&self.operation, &self.key);
+        let answer = match outcome {
+            Outcome::Executed(execution) => {
+                metrics.count(Counter::Executed);
+                let provenance = self.provenance(execution);
+                tracing::debug!(%operation, %key, ?provenance, "executed");
+                match self.value.take() {
+                    Some(value) => Ok(Answer { value, provenance }),
+                    None => Err(ProtocolError::ActionNotRunning.into()),
+                }
+            }
+            Outcome::Panicked(execution) => {
+                metrics.count(Counter::Panicked);
+                let _ = self.provenance(execution);
+                tracing::warn!(%operation, %key, record = ?execution.record, "the panic is recorded; resuming it");
+                match self.panic.take() {
+                    Some(payload) => return Ended::Panic(payload),
+                    None => Err(ProtocolError::ActionNotRunning.into()),
+                }
+            }
+            Outcome::ActionFailed { released } => {
+                metrics.count(Counter::ActionFailed);
+                tracing::debug!(%operation, %key, released, "the action failed; key given back");
+                match self.failure.take() {
+                    Some(failure) => Err(Error::Action(failure)),
+                    None => Err(ProtocolError::ActionNotRunning.into()),
+                }
+            }
+            Outcome::Replayed { result } => self.replay(result),
+            Outcome::KeyReuse { stored, given } => {
+                metrics.count(Counter::KeyReuse);
+                tracing::debug!(%operation, %key, %stored, %given, "refused: key reuse");
+                Err(Error::KeyReuse { stored, given })
+            }
+            Outcome::InProgress => {
+                metrics.count(Counter::InProgress);
+                tracing::debug!(%operation, %key, "refused: in progress");
+                Err(Error::InProgress)
+            }
+            Outcome::StoreUnavailable => {
+                metrics.count(Counter::StoreUnavailable);
+                tracing::warn!(%operation, %key, "refused: store unavailable (fail closed)");
+                let error = self
+                    .store_error
+                    .take()
+                    .unwrap_or_else(|| StoreError::Unavailable {
+                        command: CommandKind::Reserve,
+                        source: "no reply by the attempt's deadline".into(),
+                    });
+                Err(Error::StoreUnavailable(error))
+            }
+            Outcome::CorruptRecord => {
+                metrics.count(Counter::CorruptRecord);
+                Err(Error::CorruptRecord {
+                    operation: operation.clone(),
+                    key: key.clone(),
+                    detail: self.corrupt.take().unwrap_or_default(),
+                })
+            }
+            // Only a driver abandons; this one does so in its guard, after the call.
+            Outcome::Abandoned(_) => Err(ProtocolError::ActionNotRunning.into()),
+        };
+        Ended::Answer(answer)
+    }
+
+    /// The provenance of an execution, counted.
+    fn provenance(&self, execution: Execution) -> Provenance {
+        let Execution {
+            protection,
+            record,
+            lease_lost,
+        } = execution;
+        let (operation, key) = (&self.operation, &self.key);
+        if record == idem_core::Recording::CorruptRecord {
+            self.metrics.count(Counter::CorruptRecord);
+        }
+        if lease_lost {
+            self.metrics.count(Counter::LeaseLost);
+            tracing::warn!(%operation, %key, ?record, "executed, but the lease lapsed meanwhile");
+        }
+        match protection {
+            Protection::Reserved => Provenance::Executed {
+                lease_lost,
+                recording: record,
+            },
+            Protection::FailedOpen => {
+                self.metrics.count(Counter::FailedOpen);
+                tracing::warn!(%operation, %key, ?record, "executed unprotected: the store failed open");
+                Provenance::ExecutedUnprotected { recording: record }
+            }
+        }
+    }
+
+    /// The answer to a replay of what an identical request's record holds.
+    fn replay(&self, result: StoredResult) -> Result<Answer<T>, Error<E>> {
+        let (metrics, operation, key) = (&self.metrics, &self.operation, &self.key);
+        match result {
+            StoredResult::Value(body) => match serde_json::from_slice(body.as_bytes()) {
+                Ok(value) => {
+                    metrics.count(Counter::Replayed);
+                    tracing::debug!(%operation, %key, "replayed");
+                    Ok(Answer {
+                        value,
+                        provenance: Provenance::Replayed,
+                    })
+                }
+                Err(error) => {
+                    metrics.count(Counter::DecodeFailed);
+                    tracing::warn!(%operation, %key, %error, "stored result does not decode");
+                    Err(Error::Decode(error))
+                }
+            },
+            StoredResult::NotStored => {
+                metrics.count(Counter::ResultNotStored);
+                tracing::debug!(%operation, %key, "completed earlier without a stored result");
+                Err(Error::ResultNotStored)
+            }
+            StoredResult::Panicked => {
+                metrics.count(Counter::OutcomeUnknown);
+                tracing::warn!(%operation, %key, "an identical request panicked; not run again");
+                Err(Error::OutcomeUnknown)
+            }
+        }
+    }
+}
