@@ -17,9 +17,7 @@
 //! (the `SET` changed nothing, since the key was taken). A grant made by the claim does
 //! not know the server's clock, so its [`Reservation::lease_until`] is `None`.
 
-use std::time::Duration;
-
-use idem_core::record::{self, Command, Record, Reply, Write};
+use idem_core::record::{self, Record, Reply};
 use idem_core::{Fingerprint, OwnerToken, Reservation, Timestamp};
 
 use crate::codec::{self, Stored};
@@ -68,18 +66,14 @@ pub(crate) fn decide(
             (pending, true, false)
         }
     };
-    let reserve = Command::Reserve {
-        owner,
-        fingerprint,
-        lease: Duration::ZERO,
-    };
-    let transition = record::apply(Some(&record), reserve, Timestamp::from_millis(0));
-    if transition.write != Write::Unchanged {
-        // Only a record the machine holds expired is written over on a reserve: the bytes
-        // contradict the key's liveness (a zero deadline), so the script judges by `TIME`.
+    if !claim && record.is_expired(Timestamp::from_millis(0)) {
+        // A zero deadline in a key that exists: the bytes contradict the key's liveness,
+        // so the script judges by `TIME`.
         return Decision::Script;
     }
-    match transition.reply {
+    // The machine's answer for a live record, which needs no clock.
+    let reply = record::reserve_live(&record, owner, fingerprint);
+    match reply {
         // I11: the owner's own claim; its lease end is in the key's expiry.
         Reply::Reserved(granted) if claim => Decision::Answer(Reply::Reserved(Reservation {
             owner: granted.owner,

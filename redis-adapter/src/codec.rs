@@ -6,7 +6,8 @@
 //!      2     1  version (1)
 //!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
 //!               4 pending with a waiter told about it (its complete or release is announced),
-//!               5 a claim: pending, its lease end kept in the key's expiry
+//!               5 a claim: pending, its lease end kept in the key's expiry,
+//!               6 completed as "outcome unknown" (the action panicked), without a body
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
 //!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
@@ -36,7 +37,7 @@
 //! 285,000 years after 1970): a lease or retention that would end later ends at
 //! [`MAX_DEADLINE_MS`].
 
-use idem_core::{Body, Fingerprint, OwnerToken, Record, Timestamp};
+use idem_core::{Body, Fingerprint, OwnerToken, Record, StoredResult, Timestamp};
 use thiserror::Error;
 
 /// The first two bytes of every record.
@@ -56,6 +57,7 @@ const STATE_COMPLETED_NO_BODY: u8 = 2;
 const STATE_COMPLETED: u8 = 3;
 const STATE_PENDING_WATCHED: u8 = 4;
 const STATE_CLAIM: u8 = 5;
+const STATE_COMPLETED_PANICKED: u8 = 6;
 
 /// Why bytes under a key are not a record this adapter wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -142,10 +144,11 @@ pub fn encode_claim(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
 pub fn encode(record: &Record) -> Vec<u8> {
     let (state, body) = match record {
         Record::Pending { .. } => (STATE_PENDING, None),
-        Record::Completed { body: None, .. } => (STATE_COMPLETED_NO_BODY, None),
-        Record::Completed {
-            body: Some(body), ..
-        } => (STATE_COMPLETED, Some(body)),
+        Record::Completed { result, .. } => match result {
+            StoredResult::Value(body) => (STATE_COMPLETED, Some(body)),
+            StoredResult::NotStored => (STATE_COMPLETED_NO_BODY, None),
+            StoredResult::Panicked => (STATE_COMPLETED_PANICKED, None),
+        },
     };
     let deadline = record.expires_at().as_millis().min(MAX_DEADLINE_MS);
     let mut out = Vec::with_capacity(HEADER_LEN + body.map_or(0, Body::len));
@@ -209,19 +212,23 @@ pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
                 lease_until: deadline,
             }
         }
-        STATE_COMPLETED_NO_BODY => {
+        STATE_COMPLETED_NO_BODY | STATE_COMPLETED_PANICKED => {
             no_trailing(body, bytes)?;
             Record::Completed {
                 owner,
                 fingerprint,
-                body: None,
+                result: if state == STATE_COMPLETED_PANICKED {
+                    StoredResult::Panicked
+                } else {
+                    StoredResult::NotStored
+                },
                 expires_at: deadline,
             }
         }
         STATE_COMPLETED => Record::Completed {
             owner,
             fingerprint,
-            body: Some(Body::new(body)),
+            result: StoredResult::Value(Body::new(body)),
             expires_at: deadline,
         },
         other => return Err(DecodeError::UnknownState(other)),

@@ -65,7 +65,7 @@ local function load(key)
   local version = string.byte(raw, 3)
   if version ~= 1 then return false, 'unknown record version ' .. version end
   local state = string.byte(raw, 4)
-  if state < 1 or state > 5 then
+  if state < 1 or state > 6 then
     return false, 'unknown record state ' .. state
   end
   -- State 4 is a pending record that a waiter was told about: its complete or release is
@@ -129,11 +129,12 @@ if rec.state == 1 then
   return {'F', now, rec.deadline}
 end
 if rec.state == 3 then return {'P', now, rec.body} end
+if rec.state == 6 then return {'U', now} end
 return {'P', now}
 "#;
 
-/// ARGV: owner, fingerprint, "1" if a body follows else "0", body, retention (ms), the
-/// change channel ('' for none).
+/// ARGV: owner, fingerprint, "1" if a body follows, "0" for none, "2" for "outcome unknown"
+/// (the action panicked), the body, retention (ms), the change channel ('' for none).
 const COMPLETE: &str = r#"
 -- Announced only when a waiter marked the pending record: an uncontended call publishes
 -- nothing.
@@ -145,6 +146,8 @@ local body = nil
 if ARGV[3] == '1' then
   state = 3
   body = ARGV[4]
+elseif ARGV[3] == '2' then
+  state = 6
 end
 local expires_at = later(now, ARGV[5])
 if not rec then

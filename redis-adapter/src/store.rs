@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::{Store, StoreError};
-use idem_core::record::{Command, Completion, Refusal, Reply, Reservation};
+use idem_core::record::{Command, Completion, Refusal, Reply, Reservation, StoredResult};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -408,12 +408,13 @@ impl RedisStore {
             Command::Complete {
                 owner,
                 fingerprint,
-                body,
+                result,
                 retention,
             } => {
-                let (flag, bytes) = match body {
-                    Some(body) => (b"1".to_vec(), body.as_bytes().to_vec()),
-                    None => (b"0".to_vec(), Vec::new()),
+                let (flag, bytes) = match result {
+                    StoredResult::Value(body) => (b"1".to_vec(), body.as_bytes().to_vec()),
+                    StoredResult::NotStored => (b"0".to_vec(), Vec::new()),
+                    StoredResult::Panicked => (b"2".to_vec(), Vec::new()),
                 };
                 (
                     &scripts.complete,
@@ -660,11 +661,16 @@ fn parse_reply(
             None => return Err(unexpected(format!("lease {field:?}"))),
         },
         (Command::Reserve { .. }, b'P') => match field {
-            None => Reply::Replay { body: None },
+            None => Reply::Replay {
+                result: StoredResult::NotStored,
+            },
             Some(Value::BulkString(body)) => Reply::Replay {
-                body: Some(Body::new(body)),
+                result: StoredResult::Value(Body::new(body)),
             },
             Some(other) => return Err(unexpected(format!("body {other:?}"))),
+        },
+        (Command::Reserve { .. }, b'U') if field.is_none() => Reply::Replay {
+            result: StoredResult::Panicked,
         },
         (Command::Reserve { .. }, b'K') => match field {
             Some(Value::BulkString(bytes)) => match <[u8; 32]>::try_from(bytes.as_slice()) {

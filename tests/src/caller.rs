@@ -230,7 +230,7 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
             believed = Some(store_time);
         }
         match step {
-            Step::Send(command) => {
+            Step::Send { command: command, .. } => {
                 let name = command.name();
                 // How many of this command were sent before this one.
                 let nth = match sent.iter_mut().find(|(n, _)| *n == name) {

@@ -559,7 +559,7 @@ impl<'p> World<'p> {
                 .poll(Timestamp::from_millis(clock));
             self.check_lease(worker, clock);
             match step {
-                Step::Send(command) => self.send(worker, command),
+                Step::Send { command: command, .. } => self.send(worker, command),
                 Step::Run => self.run_action(worker),
                 Step::Wait { until } => {
                     if let Some(until) = until {
