@@ -34,6 +34,8 @@ pub use attempt::{
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};
 pub use key::{Key, KeyError, Operation, OperationError};
 pub use options::{InFlightPolicy, Options, OptionsBuilder, OptionsError, StoreFailurePolicy};
-pub use record::{Body, Command, CommandKind, Completion, Record, Refusal, Reply, Reservation, StoredResult};
+pub use record::{
+    Body, Command, CommandKind, Completion, Record, Refusal, Reply, Reservation, StoredResult,
+};
 pub use time::Timestamp;
 pub use token::{OwnerToken, ParseOwnerTokenError};

@@ -146,7 +146,10 @@ async fn key_reuse_is_refused_with_422_while_pending_and_when_completed() {
     let Error::KeyReuse { stored, given } = &pending else {
         panic!("expected KeyReuse, got {pending:?}")
     };
-    assert_eq!((*stored, *given), (fingerprint("o", 100), fingerprint("o", 5)));
+    assert_eq!(
+        (*stored, *given),
+        (fingerprint("o", 100), fingerprint("o", 5))
+    );
     let shown = pending.to_string();
     assert!(!shown.contains(&stored.to_string()), "{shown}");
     assert!(!shown.contains(&given.to_string()), "{shown}");

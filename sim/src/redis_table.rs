@@ -111,10 +111,12 @@ async fn pay(
 ) -> String {
     response(
         coordinator
-            .execute("payment.charge", &key, fingerprint(call.amount), |_claim| {
-                let provider = Arc::clone(&provider);
-                async move { provider.charge(&call).await }
-            })
+            .execute(
+                "payment.charge",
+                &key,
+                fingerprint(call.amount),
+                move |_claim| async move { provider.charge(&call).await },
+            )
             .await,
     )
 }

@@ -13,7 +13,8 @@ use std::str::FromStr;
 
 use idem_core::record::{self, Transition, Write};
 use idem_core::{
-    Body, Command, Completion, Fingerprint, OwnerToken, Record, Reply, Reservation, Timestamp,
+    Body, Command, Completion, Fingerprint, OwnerToken, Record, Reply, Reservation, StoredResult,
+    Timestamp,
 };
 
 use crate::tally::{Class, UnknownName, parse_name};
@@ -138,11 +139,11 @@ impl Variant {
                 Command::Complete {
                     owner,
                     fingerprint,
-                    body,
+                    result,
                     retention,
                 },
             ) if live.is_some_and(|record| record.owner() != owner) => {
-                record_result(owner, fingerprint, body, retention, now)
+                record_result(owner, fingerprint, result, retention, now)
             }
             (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner })
                 if live.is_some_and(|record| record.owner() != owner) =>
@@ -169,12 +170,12 @@ impl Variant {
                     Some(Record::Completed {
                         owner: holder,
                         fingerprint,
-                        body,
+                        result,
                         ..
                     }) => Record::Completed {
                         owner: *holder,
                         fingerprint: *fingerprint,
-                        body: body.clone(),
+                        result: result.clone(),
                         expires_at: lease_until,
                     },
                     None => return record::apply(stored, Command::Renew { owner, lease }, now),
@@ -197,7 +198,7 @@ impl Variant {
                     write: Write::Put(Record::Completed {
                         owner,
                         fingerprint: *fingerprint,
-                        body: Some(Body::new("error: provider timed out")),
+                        result: StoredResult::Value(Body::new("error: provider timed out")),
                         expires_at: now.saturating_add(CACHED_FAILURE_RETENTION),
                     }),
                 },
@@ -265,7 +266,7 @@ impl Variant {
 fn record_result(
     owner: OwnerToken,
     fingerprint: Fingerprint,
-    body: Option<Body>,
+    result: StoredResult,
     retention: std::time::Duration,
     now: Timestamp,
 ) -> Transition {
@@ -274,7 +275,7 @@ fn record_result(
         write: Write::Put(Record::Completed {
             owner,
             fingerprint,
-            body,
+            result,
             expires_at: now.saturating_add(retention),
         }),
     }
@@ -299,11 +300,13 @@ fn result_cache(
         } => match live {
             Some(Record::Completed {
                 fingerprint: stored,
-                body,
+                result,
                 ..
             }) => {
                 if *stored == fingerprint {
-                    unchanged(Reply::Replay { body: body.clone() })
+                    unchanged(Reply::Replay {
+                        result: result.clone(),
+                    })
                 } else {
                     unchanged(Reply::KeyReuse { stored: *stored })
                 }
@@ -317,12 +320,12 @@ fn result_cache(
         Command::Complete {
             owner,
             fingerprint,
-            body,
+            result,
             retention,
         } => match live {
             // First writer wins; the loser's result is dropped.
             Some(Record::Completed { .. }) => unchanged(Reply::Completed(Completion::Repeated)),
-            _ => record_result(owner, fingerprint, body, retention, now),
+            _ => record_result(owner, fingerprint, result, retention, now),
         },
         Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {
             owner,

@@ -230,7 +230,7 @@ fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPla
             believed = Some(store_time);
         }
         match step {
-            Step::Send { command: command, .. } => {
+            Step::Send { command, .. } => {
                 let name = command.name();
                 // How many of this command were sent before this one.
                 let nth = match sent.iter_mut().find(|(n, _)| *n == name) {
@@ -354,10 +354,10 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
         match reply {
             Some(Reply::Read(Some(idem_core::Record::Completed {
                 fingerprint: stored,
-                body,
+                result,
                 ..
             }))) => Some(if stored == fingerprint {
-                Outcome::Replayed { body }
+                Outcome::Replayed { result }
             } else {
                 Outcome::KeyReuse {
                     stored,
@@ -382,7 +382,7 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
                 let complete = idem_core::Command::Complete {
                     owner,
                     fingerprint,
-                    body: Some(body),
+                    result: idem_core::StoredResult::Value(body),
                     retention: options.retention(),
                 };
                 for command in [reserve, complete] {

@@ -316,11 +316,11 @@ fn store_step(
         }
     }
     if let Some(Record::Completed {
-        owner: by, body, ..
+        owner: by, result, ..
     }) = step.after
         && changed
     {
-        recorded_result(history, index, *by, body.as_ref(), &mut violate);
+        recorded_result(history, index, *by, result.value(), &mut violate);
     }
 }
 
@@ -591,7 +591,9 @@ fn answers(history: &History, found: &mut Vec<Violation>) {
         })
     {
         let body = match outcome {
-            Outcome::Replayed { body: Some(body) } => {
+            Outcome::Replayed {
+                result: idem_core::StoredResult::Value(body),
+            } => {
                 let charge = history.events.iter().find(|e| {
                     matches!(&e.kind, EventKind::Charged { body: charged }
                         if e.key == event.key && charged.as_slice() == body.as_bytes())

@@ -64,6 +64,8 @@ impl Coverage {
                     Outcome::InProgress => c.in_progress += 1,
                     Outcome::ActionFailed { .. } => c.action_failed += 1,
                     Outcome::StoreUnavailable => c.store_unavailable += 1,
+                    // Not caused by these worlds yet.
+                    Outcome::Panicked(_) | Outcome::CorruptRecord | Outcome::Abandoned(_) => {}
                 },
                 EventKind::Crashed => c.crashes += 1,
                 EventKind::BelievedHeld { .. } => c.lease_views += 1,

@@ -212,7 +212,9 @@ impl fmt::Display for ShortCommand<'_> {
                 fp_label(*fingerprint),
                 lease.as_millis()
             ),
-            Command::Complete { body, .. } => write!(f, "complete({})", BodyLabel(body.as_ref())),
+            Command::Complete { result, .. } => {
+                write!(f, "complete({})", BodyLabel(result.value()))
+            }
             Command::Renew { lease, .. } => write!(f, "renew({}ms)", lease.as_millis()),
             Command::Release { .. } => write!(f, "release"),
             Command::Read => write!(f, "read"),
@@ -248,7 +250,7 @@ impl fmt::Display for ShortReply<'_> {
             Reply::InFlight { lease_until } => {
                 write!(f, "InFlight(until t+{})", lease_until.as_millis())
             }
-            Reply::Replay { body } => write!(f, "Replay({})", BodyLabel(body.as_ref())),
+            Reply::Replay { result } => write!(f, "Replay({})", BodyLabel(result.value())),
             Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
             Reply::Completed(c) => write!(f, "Completed({c:?})"),
             Reply::Renewed(r) => match r.lease_until {
@@ -283,14 +285,14 @@ impl fmt::Display for ShortRecord<'_> {
             Some(Record::Completed {
                 owner,
                 fingerprint,
-                body,
+                result,
                 expires_at,
             }) => write!(
                 f,
                 "Completed({}, fp {}, {}, until t+{})",
                 owner_label(*owner),
                 fp_label(*fingerprint),
-                BodyLabel(body.as_ref()),
+                BodyLabel(result.value()),
                 expires_at.as_millis()
             ),
         }
@@ -302,7 +304,7 @@ struct ShortOutcome<'a>(&'a Outcome);
 impl fmt::Display for ShortOutcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Outcome::Replayed { body } => write!(f, "Replayed({})", BodyLabel(body.as_ref())),
+            Outcome::Replayed { result } => write!(f, "Replayed({})", BodyLabel(result.value())),
             Outcome::KeyReuse { stored, given } => write!(
                 f,
                 "KeyReuse(stored fp {}, given fp {})",

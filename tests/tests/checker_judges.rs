@@ -38,7 +38,7 @@ fn completed(who: AttemptId, body: &str) -> Option<Record> {
     Some(Record::Completed {
         owner: who.owner(),
         fingerprint: fp(0),
-        body: Some(Body::new(body)),
+        result: idem_core::StoredResult::Value(Body::new(body)),
         expires_at: t(60_000),
     })
 }
@@ -55,7 +55,7 @@ fn complete(who: AttemptId, body: &str) -> Command {
     Command::Complete {
         owner: who.owner(),
         fingerprint: fp(0),
-        body: Some(Body::new(body)),
+        result: idem_core::StoredResult::Value(Body::new(body)),
         retention: Duration::from_secs(60),
     }
 }
@@ -163,7 +163,7 @@ fn a_history_that_keeps_every_rule_passes() {
             reserve(B),
             completed(A, "a"),
             Reply::Replay {
-                body: Some(Body::new("a")),
+                result: idem_core::StoredResult::Value(Body::new("a")),
             },
             completed(A, "a"),
         )
@@ -171,7 +171,7 @@ fn a_history_that_keeps_every_rule_passes() {
             30,
             B,
             Outcome::Replayed {
-                body: Some(Body::new("a")),
+                result: idem_core::StoredResult::Value(Body::new("a")),
             },
         );
     if let Err(counterexample) = check_run(&story.0) {
@@ -235,7 +235,7 @@ fn i4_a_replay_to_another_request() {
             command: reserve(B),
             before: completed(A, "a"),
             reply: Some(Reply::Replay {
-                body: Some(Body::new("a")),
+                result: idem_core::StoredResult::Value(Body::new("a")),
             }),
             after: completed(A, "a"),
             delivered: true,
@@ -364,7 +364,7 @@ fn i8_identical_requests_answered_differently() {
             30,
             B,
             Outcome::Replayed {
-                body: Some(Body::new("b")),
+                result: idem_core::StoredResult::Value(Body::new("b")),
             },
         )
         .breaks(Invariant::I8);
@@ -379,7 +379,7 @@ fn i9_an_expired_completed_record_still_replayed() {
             reserve(B),
             completed(A, "a"),
             Reply::Replay {
-                body: Some(Body::new("a")),
+                result: idem_core::StoredResult::Value(Body::new("a")),
             },
             completed(A, "a"),
         )

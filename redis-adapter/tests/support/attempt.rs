@@ -30,7 +30,7 @@ where
     let key = attempt.key().clone();
     loop {
         match attempt.poll(now()) {
-            Step::Send { command: command, .. } => match store.apply(&operation, &key, command).await {
+            Step::Send { command, .. } => match store.apply(&operation, &key, command).await {
                 Ok(reply) => attempt.handle_reply(reply, now()).expect("reply expected"),
                 Err(_) => {
                     seen.store_errors += 1;

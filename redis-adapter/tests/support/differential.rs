@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::StoreError;
-use idem_core::record::{Command, Record, Reply, apply};
+use idem_core::record::{Command, CommandKind, Record, Reply, StoredResult, apply};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_redis::RedisStore;
 use proptest::prelude::*;
@@ -32,14 +32,18 @@ fn command() -> impl Strategy<Value = Command> {
     let owner = (1..=3_u128).prop_map(OwnerToken::from_u128);
     let fp = (0..2_u8).prop_map(|n| Fingerprint::of_bytes(&[n]));
     let ms = |max: u64| (0..max).prop_map(Duration::from_millis);
-    let body =
-        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8).prop_map(Body::new));
+    let body = prop_oneof![
+        4 => proptest::collection::vec(any::<u8>(), 0..8)
+            .prop_map(|bytes| StoredResult::Value(Body::new(bytes))),
+        1 => Just(StoredResult::NotStored),
+        1 => Just(StoredResult::Panicked),
+    ];
     prop_oneof![
         3 => (owner.clone(), fp.clone(), ms(40)).prop_map(|(owner, fingerprint, lease)| {
             Command::Reserve { owner, fingerprint, lease }
         }),
         2 => (owner.clone(), fp, body, ms(80)).prop_map(|(owner, fingerprint, body, retention)| {
-            Command::Complete { owner, fingerprint, body, retention }
+            Command::Complete { owner, fingerprint, result: body, retention }
         }),
         2 => (owner.clone(), ms(40)).prop_map(|(owner, lease)| Command::Renew { owner, lease }),
         1 => owner.prop_map(|owner| Command::Release { owner }),
@@ -137,7 +141,7 @@ impl<C: Connection> Claiming<C> {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| StoreError::Unavailable {
-                command: "claim",
+                command: CommandKind::Reserve,
                 source: Box::new(e),
             })?;
         match held {
@@ -163,7 +167,7 @@ async fn server_now(conn: &mut impl Connection) -> Result<u64, StoreError> {
             .query_async(conn)
             .await
             .map_err(|e| StoreError::Unavailable {
-                command: "time",
+                command: CommandKind::Read,
                 source: Box::new(e),
             })?;
     Ok(secs * 1000 + micros / 1000)
@@ -182,7 +186,7 @@ impl<C: Connection> TimedStore for Claiming<C> {
         }
         let mut conn = self.conn.clone();
         let redis_key = self.store.layout().record_key(operation, key);
-        let unavailable = |command: &'static str| {
+        let unavailable = |command: CommandKind| {
             move |e: redis::RedisError| StoreError::Unavailable {
                 command,
                 source: Box::new(e),
@@ -194,7 +198,7 @@ impl<C: Connection> TimedStore for Claiming<C> {
             .arg(&redis_key)
             .query_async(&mut conn)
             .await
-            .map_err(unavailable("exists"))?;
+            .map_err(unavailable(CommandKind::Read))?;
         let before = server_now(&mut conn).await?;
         let reply = self.apply(operation, key, &command).await?;
         if let (Reply::Reserved(granted), Command::Reserve { lease, .. }) = (&reply, &command)
@@ -208,7 +212,7 @@ impl<C: Connection> TimedStore for Claiming<C> {
                 .arg(&redis_key)
                 .query_async(&mut conn)
                 .await
-                .map_err(unavailable("pexpiretime"))?;
+                .map_err(unavailable(CommandKind::Read))?;
             let lease = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
             let after = server_now(&mut conn).await?;
             if let Ok(expiry) = u64::try_from(expiry) {
@@ -216,7 +220,7 @@ impl<C: Connection> TimedStore for Claiming<C> {
                 // A claim that outlives its lease would be made after the window.
                 if !(before..=after).contains(&at) {
                     return Err(StoreError::Unavailable {
-                        command: "reserve",
+                        command: CommandKind::Reserve,
                         source: format!(
                             "a claim made in {before}..={after} ms expires at {expiry} ms, not one ms before its {lease} ms lease ends"
                         )

@@ -260,13 +260,13 @@ async fn charge(
     coordinator: &Coordinator<RedisStore>,
     key: &Key,
     takes: Duration,
-) -> Result<idem::Outcome<String>, idem::Error<Infallible>> {
+) -> Result<idem::Answer<String>, idem::Error<Infallible>> {
     coordinator
         .execute_with_provenance(
             operation(),
             key.as_str(),
             fingerprint(),
-            |_claim| async move {
+            move |_claim| async move {
                 if !takes.is_zero() {
                     tokio::time::sleep(takes).await;
                 }
@@ -310,7 +310,7 @@ async fn raw_fresh(
     let complete = Command::Complete {
         owner,
         fingerprint: fingerprint(),
-        body: Some(idem::record::Body::new(&b"\"ch_1\""[..])),
+        result: idem::StoredResult::Value(idem::record::Body::new(&b"\"ch_1\""[..])),
         retention: options.retention(),
     };
     match store.apply(&operation(), key, complete).await {

@@ -68,9 +68,10 @@ impl World<'_> {
 
     /// `I5`: a complete carries the result of its owner's own successful action.
     pub(super) fn check_recorded_result(&mut self, worker: usize, command: &Command) {
-        let Command::Complete { body, .. } = command else {
+        let Command::Complete { result, .. } = command else {
             return;
         };
+        let body = result.value();
         let w = &self.workers[worker];
         let succeeded = match (w.action.fails, w.charge, body) {
             (false, Some(charge), Some(body)) => {

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use idem_core::record::Write;
 use idem_core::{
     ActionResult, Attempt, Body, Command, Execution, Outcome, OwnerToken, Protection, Record,
-    Recording, Reply, Step, Timestamp,
+    Recording, Reply, Step, StoredResult, Timestamp,
 };
 
 use crate::faults::Exercised;
@@ -557,9 +557,14 @@ impl<'p> World<'p> {
             let step = self.workers[worker]
                 .attempt
                 .poll(Timestamp::from_millis(clock));
+            if !self.workers[worker].attempt.awaiting_reply() {
+                // The attempt gave its command up at its reply deadline (or has none out):
+                // a reply or timeout of that command is late from now on.
+                self.workers[worker].outstanding = None;
+            }
             self.check_lease(worker, clock);
             match step {
-                Step::Send { command: command, .. } => self.send(worker, command),
+                Step::Send { command, .. } => self.send(worker, command),
                 Step::Run => self.run_action(worker),
                 Step::Wait { until } => {
                     if let Some(until) = until {
@@ -786,7 +791,8 @@ impl<'p> World<'p> {
                 if self.variant.answers_from_store() {
                     match &self.records[self.storage[slot]] {
                         Some(Record::Completed {
-                            body: Some(body), ..
+                            result: StoredResult::Value(body),
+                            ..
                         }) => {
                             Response::Result(String::from_utf8_lossy(body.as_bytes()).into_owned())
                         }
@@ -796,9 +802,9 @@ impl<'p> World<'p> {
                     own.map_or(Response::NoBody, Response::Result)
                 }
             }
-            Outcome::Replayed { body } => {
+            Outcome::Replayed { result } => {
                 self.exercised(Exercised::Replay);
-                match body {
+                match result.value() {
                     Some(body) => {
                         let text = String::from_utf8_lossy(body.as_bytes()).into_owned();
                         self.check_replay(worker, slot, fingerprint, &text);
@@ -839,6 +845,13 @@ impl<'p> World<'p> {
             Outcome::StoreUnavailable => {
                 self.exercised(Exercised::FailClosed);
                 Response::StoreUnavailable
+            }
+            Outcome::Panicked(_) | Outcome::CorruptRecord | Outcome::Abandoned(_) => {
+                self.violation(
+                    Check::DriverProtocol,
+                    format!("w{worker} ended in an outcome this world never causes: {outcome:?}"),
+                );
+                Response::NoBody
             }
         };
         let retry = matches!(
