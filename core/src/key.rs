@@ -78,8 +78,9 @@ impl Key {
 /// and `-`.
 ///
 /// A key is unique per operation: `payment.charge` and `order.cancel` keep separate records
-/// for one key. Tenants are isolated by the caller, who puts the tenant in the key or in the
-/// operation.
+/// for one key. Tenants are isolated by scoping the operation to each
+/// ([`Operation::for_tenant`]), so that two users' keys can never meet while every key stays
+/// byte for byte what its client sent (`I12`).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Operation(Box<str>);
 
@@ -130,6 +131,28 @@ impl Operation {
     /// The operation's name.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// This operation scoped to one tenant (a user, an account, an API client): the name
+    /// followed by `.t-` and 32 hex digits of a SHA-256 of the tenant's bytes (128 bits), so
+    /// that the same key sent by two tenants names two records, whatever bytes identify the
+    /// tenant. The key itself is never rewritten (`I12`). Refused with
+    /// [`OperationError::TooLong`] when the name is over 65 bytes, as the scoped name would be
+    /// over [`MAX_OPERATION_LEN`].
+    pub fn for_tenant(&self, tenant: impl AsRef<[u8]>) -> Result<Self, OperationError> {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(b"idem tenant\0");
+        hasher.update(tenant.as_ref());
+        let digest = hasher.finalize();
+        let mut name = String::with_capacity(self.0.len() + 35);
+        name.push_str(&self.0);
+        name.push_str(".t-");
+        for byte in &digest[..16] {
+            name.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+            name.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+        }
+        Self::new(name)
     }
 }
 

@@ -178,3 +178,25 @@ fn a_fingerprint_is_its_digest_bytes_shown_as_hex() {
     assert_eq!(Fingerprint::from_bytes(fp.to_bytes()), fp);
     assert_eq!(hex.parse::<Fingerprint>().unwrap(), fp);
 }
+
+#[test]
+fn a_tenant_scopes_an_operation_without_touching_keys() {
+    let charge = idem_core::Operation::new("payment.charge").unwrap();
+    let alice = charge.for_tenant("alice").unwrap();
+    let bob = charge.for_tenant("bob").unwrap();
+    assert_ne!(alice, bob);
+    assert_eq!(alice, charge.for_tenant(b"alice").unwrap(), "the same tenant, the same scope");
+    assert!(alice.as_str().starts_with("payment.charge.t-"));
+    assert_eq!(alice.as_str().len(), "payment.charge".len() + 35);
+    // Any bytes identify a tenant; the scoped name is always a valid operation.
+    let odd = charge.for_tenant([0u8, 255, b':', b' ']).unwrap();
+    assert!(idem_core::Operation::new(odd.as_str()).is_ok());
+    // The longest name that can be scoped, and one byte more.
+    let longest = idem_core::Operation::new("a".repeat(65)).unwrap();
+    assert_eq!(longest.for_tenant("t").unwrap().as_str().len(), 100);
+    let over = idem_core::Operation::new("a".repeat(66)).unwrap();
+    assert!(matches!(
+        over.for_tenant("t"),
+        Err(idem_core::OperationError::TooLong { len: 101 })
+    ));
+}

@@ -21,13 +21,12 @@ use idem_core::{
     ActionResult, Execution, Key, LeaseState, Operation, Outcome, Protection, ProtocolError, Step,
     Timestamp,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::answer::{Answer, Provenance};
 use crate::claim::{Claim, LeaseView};
 use crate::clock::Clock;
+use crate::codec::Codec;
 use crate::error::Error;
 use crate::metrics::{Counter, Metrics};
 use crate::settle::AttemptGuard;
@@ -47,8 +46,9 @@ impl<T, E> From<Error<E>> for Ended<T, E> {
 }
 
 /// The state of one call while its attempt runs.
-pub(crate) struct Call<S: Store, T, E> {
+pub(crate) struct Call<S: Store, C, T, E> {
     store: Arc<S>,
+    codec: C,
     metrics: Arc<Metrics>,
     clock: Clock,
     operation: Operation,
@@ -68,13 +68,11 @@ pub(crate) struct Call<S: Store, T, E> {
     lease: Option<watch::Sender<LeaseView>>,
 }
 
-impl<S: Store, T, E> Call<S, T, E>
-where
-    T: Serialize + DeserializeOwned,
-{
+impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     pub(crate) fn new(
         guard: AttemptGuard<S>,
         store: Arc<S>,
+        codec: C,
         metrics: Arc<Metrics>,
         clock: Clock,
     ) -> Self {
@@ -84,6 +82,7 @@ where
         );
         Self {
             store,
+            codec,
             metrics,
             clock,
             operation,
@@ -267,8 +266,8 @@ where
         self.lease = None;
         let fed = match result {
             Ok(Ok(value)) => {
-                // Rule 11: a value whose `Serialize` panics is a panic after the effect.
-                match panic::catch_unwind(AssertUnwindSafe(|| serde_json::to_vec(&value))) {
+                // Rule 11: a value whose encoding panics is a panic after the effect.
+                match panic::catch_unwind(AssertUnwindSafe(|| self.codec.encode(&value))) {
                     Ok(Ok(bytes)) => {
                         self.value = Some(value);
                         ActionResult::Succeeded(Body::new(bytes))
@@ -456,7 +455,7 @@ where
     fn replay(&self, result: StoredResult) -> Result<Answer<T>, Error<E>> {
         let (metrics, operation, key) = (&self.metrics, &self.operation, &self.key);
         match result {
-            StoredResult::Value(body) => match serde_json::from_slice(body.as_bytes()) {
+            StoredResult::Value(body) => match self.codec.decode(body.as_bytes()) {
                 Ok(value) => {
                     metrics.count(Counter::Replayed);
                     tracing::debug!(%operation, %key, "replayed");

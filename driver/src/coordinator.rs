@@ -21,7 +21,9 @@ use std::future::Future;
 use std::panic;
 use std::sync::Arc;
 
-use idem_core::{Attempt, Fingerprint, Key, Operation, Options, OptionsBuilder, OptionsError};
+use idem_core::{
+    Attempt, Fingerprint, Key, Operation, OperationError, Options, OptionsBuilder, OptionsError,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -29,9 +31,11 @@ use crate::answer::Answer;
 use crate::call::{Call, Ended};
 use crate::claim::Claim;
 use crate::clock::Clock;
+use crate::codec::{Codec, Json};
 use crate::entropy::Entropy;
 use crate::error::Error;
 use crate::metrics::{Counter, Metrics, MetricsSnapshot};
+use crate::operation::OperationHandle;
 use crate::settle::AttemptGuard;
 use crate::store::Store;
 
@@ -108,6 +112,25 @@ impl<S: Store> Coordinator<S> {
         self.metrics.snapshot()
     }
 
+    /// A handle on one operation whose calls return `T` or fail with `E`: the operation's
+    /// name is validated once, here, and the value and error types are fixed, so closures
+    /// need no type annotations. Values are stored as JSON ([`Json`]); see
+    /// [`OperationHandle::with_codec`] for another codec.
+    pub fn operation<T, E>(
+        &self,
+        name: impl AsRef<str>,
+    ) -> Result<OperationHandle<S, T, E>, OperationError>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let name = name.as_ref();
+        let operation = Operation::new(name).inspect_err(|error| {
+            self.metrics.count(Counter::InvalidInput);
+            tracing::debug!(operation = name, %error, "refused: invalid operation");
+        })?;
+        Ok(OperationHandle::new(self.clone(), operation, Json))
+    }
+
     /// Runs `action` once for the request that `fingerprint` describes under `key`, scoped to
     /// `operation`, and returns its value; or, if an identical request already ran, returns
     /// that request's stored value without running `action`.
@@ -121,7 +144,8 @@ impl<S: Store> Coordinator<S> {
     /// reservation, so a retry runs it again (`I5`), and comes back as [`Error::Action`]. If
     /// the action panics, the record says so (an identical retry gets
     /// [`Error::OutcomeUnknown`], never a second effect) and the panic resumes in the
-    /// caller. See [`Error`] for every refusal and its HTTP status.
+    /// caller. See [`Error`] for every refusal and its HTTP status. A service that calls one
+    /// operation often is better served by [`operation`](Self::operation).
     pub async fn execute<T, E, F, Fut>(
         &self,
         operation: impl AsRef<str>,
@@ -156,17 +180,9 @@ impl<S: Store> Coordinator<S> {
         F: FnOnce(Claim) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
-        let call = self.call(operation.as_ref(), key.as_ref(), fingerprint)?;
-        // The task is not aborted when this future is dropped: that is the point.
-        let task = tokio::spawn(call.drive(action));
-        match task.await {
-            Ok(ended) => resume(ended),
-            Err(error) => match error.try_into_panic() {
-                // A panic outside the action is a bug of this crate; it is not swallowed.
-                Ok(payload) => panic::resume_unwind(payload),
-                Err(_) => Err(Error::RuntimeShutdown),
-            },
-        }
+        let operation = self.validate_operation(operation.as_ref())?;
+        self.detached(operation, key.as_ref(), fingerprint, Json, action)
+            .await
     }
 
     /// As [`execute`](Self::execute), but **attached**: the call runs inside the returned
@@ -207,21 +223,70 @@ impl<S: Store> Coordinator<S> {
         F: FnOnce(Claim) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call = self.call(operation.as_ref(), key.as_ref(), fingerprint)?;
+        let operation = self.validate_operation(operation.as_ref())?;
+        self.attached(operation, key.as_ref(), fingerprint, Json, action)
+            .await
+    }
+
+    /// A detached call of a validated operation.
+    pub(crate) async fn detached<T, E, C, F, Fut>(
+        &self,
+        operation: Operation,
+        key: &str,
+        fingerprint: Fingerprint,
+        codec: C,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        C: Codec<T>,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let call = self.call(operation, key, fingerprint, codec)?;
+        // The task is not aborted when this future is dropped: that is the point.
+        let task = tokio::spawn(call.drive(action));
+        match task.await {
+            Ok(ended) => resume(ended),
+            Err(error) => match error.try_into_panic() {
+                // A panic outside the action is a bug of this crate; it is not swallowed.
+                Ok(payload) => panic::resume_unwind(payload),
+                Err(_) => Err(Error::RuntimeShutdown),
+            },
+        }
+    }
+
+    /// An attached call of a validated operation.
+    pub(crate) async fn attached<T, E, C, F, Fut>(
+        &self,
+        operation: Operation,
+        key: &str,
+        fingerprint: Fingerprint,
+        codec: C,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        C: Codec<T>,
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let call = self.call(operation, key, fingerprint, codec)?;
         resume(call.drive(action).await)
     }
 
     /// A call's state, before anything is sent.
-    fn call<T, E>(
+    fn call<T, E, C: Codec<T>>(
         &self,
-        operation: &str,
+        operation: Operation,
         key: &str,
         fingerprint: Fingerprint,
-    ) -> Result<Call<S, T, E>, Error<E>>
-    where
-        T: Serialize + DeserializeOwned,
-    {
-        let (operation, key) = self.validate(operation, key)?;
+        codec: C,
+    ) -> Result<Call<S, C, T, E>, Error<E>> {
+        let key = Key::new(key).inspect_err(|error| {
+            self.metrics.count(Counter::InvalidInput);
+            tracing::debug!(%operation, key, %error, "refused: invalid input");
+        })?;
         let attempt = Attempt::new(
             operation,
             key,
@@ -240,19 +305,18 @@ impl<S: Store> Coordinator<S> {
         Ok(Call::new(
             guard,
             Arc::clone(&self.store),
+            codec,
             Arc::clone(&self.metrics),
             self.clock,
         ))
     }
 
-    fn validate<E>(&self, operation: &str, key: &str) -> Result<(Operation, Key), Error<E>> {
-        let refused = |error: &dyn std::error::Error| {
+    fn validate_operation<E>(&self, operation: &str) -> Result<Operation, Error<E>> {
+        Operation::new(operation).map_err(|error| {
             self.metrics.count(Counter::InvalidInput);
-            tracing::debug!(operation, key, %error, "refused: invalid input");
-        };
-        let operation = Operation::new(operation).inspect_err(|error| refused(error))?;
-        let key = Key::new(key).inspect_err(|error| refused(error))?;
-        Ok((operation, key))
+            tracing::debug!(operation, %error, "refused: invalid input");
+            Error::InvalidOperation(error)
+        })
     }
 }
 

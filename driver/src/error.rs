@@ -3,7 +3,7 @@
 use idem_core::{Fingerprint, Key, KeyError, Operation, OperationError, ProtocolError};
 use thiserror::Error;
 
-use crate::store::StoreError;
+use crate::store::{BoxError, StoreError};
 
 /// Why a call to the [`Coordinator`](crate::Coordinator) returned no value.
 ///
@@ -68,7 +68,7 @@ pub enum Error<E> {
     /// The stored result does not decode into the type asked for (the type changed since
     /// it was stored, or the operation name is shared by two result types).
     #[error("the stored result does not decode into the requested type: {0}")]
-    Decode(#[source] serde_json::Error),
+    Decode(#[source] BoxError),
     /// The tokio runtime shut down while a detached call ran; what its attempt held is left
     /// to its lease.
     #[error("the runtime shut down before the call ended")]

@@ -112,19 +112,24 @@
 //!   [`Error::ResultNotStored`] rather than a second effect.
 
 pub mod answer;
+pub mod any_store;
 mod call;
 pub mod claim;
 mod clock;
+pub mod codec;
 pub mod coordinator;
 mod entropy;
 pub mod error;
 pub mod memory;
 pub mod metrics;
+pub mod operation;
 mod settle;
 pub mod store;
 
 pub use answer::{Answer, Provenance};
+pub use any_store::AnyStore;
 pub use claim::Claim;
+pub use codec::{Codec, Json};
 pub use coordinator::Coordinator;
 pub use error::Error;
 pub use idem_core::record;
@@ -135,4 +140,5 @@ pub use idem_core::{
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, StoreErrors};
+pub use operation::OperationHandle;
 pub use store::{BoxError, Store, StoreError};

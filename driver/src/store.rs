@@ -31,12 +31,12 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// On [`StoreError::Unavailable`] the command may or may not have been applied; the
     /// attempt machine only sends commands that are safe to repeat.
-    fn apply(
-        &self,
-        operation: &Operation,
-        key: &Key,
+    fn apply<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
         command: Command,
-    ) -> impl Future<Output = Result<Reply, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a;
 
     /// A future that resolves when the record of `key` under `operation` may have stopped
     /// being pending: it was completed or released, or its lease ran out.
@@ -51,7 +51,11 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// The provided implementation never resolves: the attempt's jittered backoff then
     /// governs when a waiter reserves again, which is correct, only slower.
-    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+    fn changed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
         let _ = (operation, key);
         std::future::pending()
     }

@@ -172,12 +172,12 @@ async fn without_notifications_the_waiter_answers_late() {
 struct Chatty(FlakyStore<MemoryStore>);
 
 impl Store for Chatty {
-    fn apply(
-        &self,
-        operation: &idem::Operation,
-        key: &idem::Key,
+    fn apply<'a>(
+        &'a self,
+        operation: &'a idem::Operation,
+        key: &'a idem::Key,
         command: idem_core::record::Command,
-    ) -> impl Future<Output = Result<idem_core::record::Reply, idem::StoreError>> + Send {
+    ) -> impl Future<Output = Result<idem_core::record::Reply, idem::StoreError>> + Send + 'a {
         self.0.apply(operation, key, command)
     }
 

@@ -250,7 +250,11 @@ impl<S: Store> Store for FlakyStore<S> {
         }
     }
 
-    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+    fn changed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
         self.inner.changed(operation, key)
     }
 }
@@ -338,12 +342,12 @@ pub struct Silent {
 }
 
 impl Store for Silent {
-    fn apply(
-        &self,
-        operation: &Operation,
-        key: &Key,
+    fn apply<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
         command: Command,
-    ) -> impl Future<Output = Result<Reply, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a {
         self.inner.apply(operation, key, command)
     }
 }
