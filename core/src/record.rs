@@ -326,6 +326,15 @@ pub enum Reply {
     Read(Option<Record>),
 }
 
+/// Whether a store that applied a complete inside the action's own transaction commits that
+/// transaction: only when the record machine recorded the result. Anything else (a refusal:
+/// the key is another owner's, or nothing live is left) rolls it back, so the action's
+/// writes and the record commit together or not at all (MODEL.md, "Effects that commit with
+/// the record").
+pub fn commits(reply: &Reply) -> bool {
+    matches!(reply, Reply::Completed(_))
+}
+
 /// What a store must do to the key after a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Write {

@@ -601,7 +601,11 @@ proptest! {
                 prop_assert!(corrupt_seen);
                 prop_assert_eq!(world.runs, 0);
             }
-            Outcome::Replayed { .. } | Outcome::KeyReuse { .. } | Outcome::Abandoned(_) => {
+            Outcome::Replayed { .. }
+            | Outcome::KeyReuse { .. }
+            | Outcome::Abandoned(_)
+            | Outcome::RolledBack { .. }
+            | Outcome::CommitUnknown => {
                 prop_assert!(false, "nothing completed or reused the key: {:?}", outcome);
             }
         }

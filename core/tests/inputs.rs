@@ -185,7 +185,11 @@ fn a_tenant_scopes_an_operation_without_touching_keys() {
     let alice = charge.for_tenant("alice").unwrap();
     let bob = charge.for_tenant("bob").unwrap();
     assert_ne!(alice, bob);
-    assert_eq!(alice, charge.for_tenant(b"alice").unwrap(), "the same tenant, the same scope");
+    assert_eq!(
+        alice,
+        charge.for_tenant(b"alice").unwrap(),
+        "the same tenant, the same scope"
+    );
     assert!(alice.as_str().starts_with("payment.charge.t-"));
     assert_eq!(alice.as_str().len(), "payment.charge".len() + 35);
     // Any bytes identify a tenant; the scoped name is always a valid operation.

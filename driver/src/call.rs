@@ -15,7 +15,7 @@ use std::pin::pin;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use futures::future::{Fuse, FusedFuture};
+use futures::future::{Either, Fuse, FusedFuture};
 use idem_core::record::{Body, CommandKind, Reply, StoredResult};
 use idem_core::{
     ActionResult, Execution, Key, LeaseState, Operation, Outcome, Protection, ProtocolError, Step,
@@ -31,6 +31,7 @@ use crate::error::Error;
 use crate::metrics::{Counter, Metrics};
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
+use crate::transaction::TransactionSlot;
 
 /// How a call ended: with an answer for the caller, or with the action's panic to resume in
 /// the caller once the attempt recorded it.
@@ -66,6 +67,8 @@ pub(crate) struct Call<S: Store, C, T, E> {
     corrupt: Option<String>,
     /// Tells the action's claim about its lease while the action runs.
     lease: Option<watch::Sender<LeaseView>>,
+    /// A transactional action's open transaction, which takes the attempt's complete.
+    transaction: Option<TransactionSlot>,
 }
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
@@ -94,7 +97,14 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             store_error: None,
             corrupt: None,
             lease: None,
+            transaction: None,
         }
+    }
+
+    /// Routes the attempt's complete into the transaction the action leaves in `slot`.
+    pub(crate) fn in_transaction(mut self, slot: TransactionSlot) -> Self {
+        self.transaction = Some(slot);
+        self
     }
 
     pub(crate) async fn drive<F, Fut>(mut self, action: F) -> Ended<T, E>
@@ -156,7 +166,18 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 }
                 Step::Send { command: next, .. } => {
                     sent = Some(next.kind());
-                    command.set(store.apply(&operation, &key, next).fuse());
+                    let transaction = match (&next, &self.transaction) {
+                        (idem_core::Command::Complete { .. }, Some(slot)) => {
+                            slot.complete(operation.clone(), key.clone(), next.clone())
+                        }
+                        _ => None,
+                    };
+                    match transaction {
+                        Some(completing) => command.set(Either::Right(completing).fuse()),
+                        None => {
+                            command.set(Either::Left(store.apply(&operation, &key, next)).fuse())
+                        }
+                    }
                 }
                 Step::Wait { until } => {
                     // A waiter listens for the holder's end from the instant the attempt
@@ -379,12 +400,33 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 }
             }
             Outcome::ActionFailed { released } => {
+                if let Some(payload) = self.panic.take() {
+                    // A transactional action's panic rolled its writes back: released.
+                    metrics.count(Counter::Panicked);
+                    return Ended::Panic(payload);
+                }
                 metrics.count(Counter::ActionFailed);
                 tracing::debug!(%operation, %key, released, "the action failed; key given back");
                 match self.failure.take() {
                     Some(failure) => Err(Error::Action(failure)),
                     None => Err(ProtocolError::ActionNotRunning.into()),
                 }
+            }
+            Outcome::RolledBack { released } => {
+                metrics.count(Counter::RolledBack);
+                tracing::warn!(
+                    %operation,
+                    %key,
+                    released,
+                    "the action's writes were rolled back with its record: the key was no \
+                     longer this call's, or the commit failed"
+                );
+                Err(Error::RolledBack)
+            }
+            Outcome::CommitUnknown => {
+                metrics.count(Counter::CommitUnknown);
+                tracing::warn!(%operation, %key, "the commit's outcome is unknown");
+                Err(Error::CommitUnknown)
             }
             Outcome::Replayed { result } => self.replay(result),
             Outcome::KeyReuse { stored, given } => {

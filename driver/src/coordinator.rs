@@ -38,6 +38,7 @@ use crate::metrics::{Counter, Metrics, MetricsSnapshot};
 use crate::operation::OperationHandle;
 use crate::settle::AttemptGuard;
 use crate::store::Store;
+use crate::transaction::{Transaction, TransactionSlot};
 
 /// Runs actions under idempotency keys, with one [`Store`] and one set of [`Options`].
 ///
@@ -244,17 +245,62 @@ impl<S: Store> Coordinator<S> {
         F: FnOnce(Claim) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
-        let call = self.call(operation, key, fingerprint, codec)?;
-        // The task is not aborted when this future is dropped: that is the point.
-        let task = tokio::spawn(call.drive(action));
-        match task.await {
-            Ok(ended) => resume(ended),
-            Err(error) => match error.try_into_panic() {
-                // A panic outside the action is a bug of this crate; it is not swallowed.
-                Ok(payload) => panic::resume_unwind(payload),
-                Err(_) => Err(Error::RuntimeShutdown),
-            },
-        }
+        let call = self.call(operation, key, fingerprint, codec, None)?;
+        spawned(call, action).await
+    }
+
+    /// As [`execute`](Self::execute), for an action whose effect is writes in the store's own
+    /// database: the action opens a [`Transaction`], makes its writes in it and returns it with
+    /// its value, uncommitted; the attempt's complete then joins that transaction, which
+    /// commits only if the record is still this call's (see the `transaction` module). A
+    /// call whose lease was lost to another request commits nothing and gets
+    /// [`Error::RolledBack`]; a panic or a failure rolls the writes back and gives the key
+    /// back. Store crates wrap this in an API that hands the action its transaction
+    /// (idem-postgres).
+    pub async fn execute_in_transaction<T, E, Tx, F, Fut>(
+        &self,
+        operation: impl AsRef<str>,
+        key: impl AsRef<str>,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Send + 'static,
+        Tx: Transaction,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(T, Tx), E>> + Send + 'static,
+    {
+        let operation = self.validate_operation(operation.as_ref())?;
+        self.transactional(operation, key.as_ref(), fingerprint, Json, action)
+            .await
+    }
+
+    /// A detached transactional call of a validated operation.
+    pub(crate) async fn transactional<T, E, C, Tx, F, Fut>(
+        &self,
+        operation: Operation,
+        key: &str,
+        fingerprint: Fingerprint,
+        codec: C,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        C: Codec<T>,
+        Tx: Transaction,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(T, Tx), E>> + Send + 'static,
+    {
+        let slot = TransactionSlot::default();
+        let call = self.call(operation, key, fingerprint, codec, Some(slot.clone()))?;
+        let action = move |claim| async move {
+            let (value, transaction) = action(claim).await?;
+            slot.put(transaction);
+            Ok(value)
+        };
+        spawned(call, action).await
     }
 
     /// An attached call of a validated operation.
@@ -271,7 +317,7 @@ impl<S: Store> Coordinator<S> {
         F: FnOnce(Claim) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call = self.call(operation, key, fingerprint, codec)?;
+        let call = self.call(operation, key, fingerprint, codec, None)?;
         resume(call.drive(action).await)
     }
 
@@ -282,12 +328,13 @@ impl<S: Store> Coordinator<S> {
         key: &str,
         fingerprint: Fingerprint,
         codec: C,
+        transaction: Option<TransactionSlot>,
     ) -> Result<Call<S, C, T, E>, Error<E>> {
         let key = Key::new(key).inspect_err(|error| {
             self.metrics.count(Counter::InvalidInput);
             tracing::debug!(%operation, key, %error, "refused: invalid input");
         })?;
-        let attempt = Attempt::new(
+        let mut attempt = Attempt::new(
             operation,
             key,
             fingerprint,
@@ -296,19 +343,26 @@ impl<S: Store> Coordinator<S> {
             self.options.clone(),
             self.clock.now(),
         );
+        if transaction.is_some() {
+            attempt = attempt.in_transaction();
+        }
         let guard = AttemptGuard::new(
             attempt,
             Arc::clone(&self.store),
             Arc::clone(&self.metrics),
             self.clock,
         );
-        Ok(Call::new(
+        let call = Call::new(
             guard,
             Arc::clone(&self.store),
             codec,
             Arc::clone(&self.metrics),
             self.clock,
-        ))
+        );
+        Ok(match transaction {
+            Some(slot) => call.in_transaction(slot),
+            None => call,
+        })
     }
 
     fn validate_operation<E>(&self, operation: &str) -> Result<Operation, Error<E>> {
@@ -317,6 +371,30 @@ impl<S: Store> Coordinator<S> {
             tracing::debug!(operation, %error, "refused: invalid input");
             Error::InvalidOperation(error)
         })
+    }
+}
+
+/// Runs `call` on a task of its own and waits for its answer. The task is not aborted when
+/// the returned future is dropped: that is the point of a detached call.
+async fn spawned<S, C, T, E, F, Fut>(
+    call: Call<S, C, T, E>,
+    action: F,
+) -> Result<Answer<T>, Error<E>>
+where
+    S: Store,
+    C: Codec<T>,
+    T: Send + 'static,
+    E: Send + 'static,
+    F: FnOnce(Claim) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+{
+    match tokio::spawn(call.drive(action)).await {
+        Ok(ended) => resume(ended),
+        Err(error) => match error.try_into_panic() {
+            // A panic outside the action is a bug of this crate; it is not swallowed.
+            Ok(payload) => panic::resume_unwind(payload),
+            Err(_) => Err(Error::RuntimeShutdown),
+        },
     }
 }
 

@@ -16,6 +16,7 @@ use crate::store::{BoxError, StoreError};
 /// | [`InProgress`](Self::InProgress) | 409 | yes, later | an identical request is running |
 /// | [`KeyReuse`](Self::KeyReuse) | 422 | no | the key belongs to another request (`I4`); use a new key |
 /// | [`StoreUnavailable`](Self::StoreUnavailable), [`RuntimeShutdown`](Self::RuntimeShutdown) | 503 | yes, later | nothing ran (`FailClosed`), or the service is stopping |
+/// | [`RolledBack`](Self::RolledBack), [`CommitUnknown`](Self::CommitUnknown) | 503 | yes | a transactional call committed nothing, or committed everything with its record |
 /// | [`ResultNotStored`](Self::ResultNotStored), [`OutcomeUnknown`](Self::OutcomeUnknown), [`CorruptRecord`](Self::CorruptRecord), [`Decode`](Self::Decode), [`Protocol`](Self::Protocol) | 500 | no | the request ran once, or may have, or the key's record is damaged; a retry will not run it again |
 /// | [`Action`](Self::Action) | the caller's | yes | the action's own error, unchanged; the reservation was released (`I5`) |
 #[derive(Debug, Error)]
@@ -69,6 +70,16 @@ pub enum Error<E> {
     /// it was stored, or the operation name is shared by two result types).
     #[error("the stored result does not decode into the requested type: {0}")]
     Decode(#[source] BoxError),
+    /// A transactional call's writes were rolled back together with its record: the key was
+    /// no longer this call's when it committed (its lease ran out and another request took
+    /// it over), or the commit failed. Nothing happened; a retry replays the other request's
+    /// result or runs the action.
+    #[error("the action's writes were rolled back; nothing was committed")]
+    RolledBack,
+    /// A transactional call whose commit's outcome could not be learned: its writes and its
+    /// record committed together, or neither did. A retry replays or runs; never twice.
+    #[error("the commit's outcome is unknown; a retry is safe")]
+    CommitUnknown,
     /// The tokio runtime shut down while a detached call ran; what its attempt held is left
     /// to its lease.
     #[error("the runtime shut down before the call ended")]
@@ -91,7 +102,10 @@ impl<E> Error<E> {
             Error::InvalidKey(_) | Error::InvalidOperation(_) => Some(400),
             Error::InProgress => Some(409),
             Error::KeyReuse { .. } => Some(422),
-            Error::StoreUnavailable(_) | Error::RuntimeShutdown => Some(503),
+            Error::StoreUnavailable(_)
+            | Error::RuntimeShutdown
+            | Error::RolledBack
+            | Error::CommitUnknown => Some(503),
             Error::ResultNotStored
             | Error::OutcomeUnknown
             | Error::CorruptRecord { .. }
@@ -113,6 +127,8 @@ impl<E> Error<E> {
             Error::InProgress
                 | Error::StoreUnavailable(_)
                 | Error::RuntimeShutdown
+                | Error::RolledBack
+                | Error::CommitUnknown
                 | Error::Action(_)
         )
     }

@@ -125,6 +125,7 @@ pub mod metrics;
 pub mod operation;
 mod settle;
 pub mod store;
+pub mod transaction;
 
 pub use answer::{Answer, Provenance};
 pub use any_store::AnyStore;
@@ -142,3 +143,4 @@ pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, StoreErrors};
 pub use operation::OperationHandle;
 pub use store::{BoxError, Store, StoreError};
+pub use transaction::Transaction;

@@ -37,10 +37,12 @@ pub(crate) enum Counter {
     LeaseLost,
     Abandoned,
     LeftToLease,
+    RolledBack,
+    CommitUnknown,
 }
 
 impl Counter {
-    const COUNT: usize = Counter::LeftToLease as usize + 1;
+    const COUNT: usize = Counter::CommitUnknown as usize + 1;
 }
 
 impl Metrics {
@@ -73,6 +75,8 @@ impl Metrics {
             lease_lost: read(Counter::LeaseLost),
             abandoned: read(Counter::Abandoned),
             left_to_lease: read(Counter::LeftToLease),
+            rolled_back: read(Counter::RolledBack),
+            commit_unknown: read(Counter::CommitUnknown),
             store_errors: StoreErrors {
                 reserve: errors(CommandKind::Reserve),
                 complete: errors(CommandKind::Complete),
@@ -123,6 +127,10 @@ pub struct MetricsSnapshot {
     /// lease ends, and a request after that may run the action again (`I7`'s "abandoned
     /// mid-action").
     pub left_to_lease: u64,
+    /// Transactional calls whose writes were rolled back with their record.
+    pub rolled_back: u64,
+    /// Transactional calls whose commit's outcome could not be learned.
+    pub commit_unknown: u64,
     /// Store errors by command, including those a retry recovered.
     pub store_errors: StoreErrors,
 }

@@ -159,6 +159,33 @@ impl<S: Store, T, E, C: Codec<T> + Clone> OperationHandle<S, T, E, C> {
             .await
     }
 
+    /// As [`Coordinator::execute_in_transaction`], for this operation: the action returns its
+    /// value with its open [`Transaction`](crate::Transaction), and the record's complete
+    /// commits with it.
+    pub async fn execute_in_transaction<Tx, F, Fut>(
+        &self,
+        key: impl AsRef<str>,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        Tx: crate::Transaction,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(T, Tx), E>> + Send + 'static,
+    {
+        self.coordinator
+            .transactional(
+                self.operation.clone(),
+                key.as_ref(),
+                fingerprint,
+                self.codec.clone(),
+                action,
+            )
+            .await
+    }
+
     /// As [`Coordinator::execute_attached`], for this operation: the action may borrow, and
     /// a drop mid-action leaves the key to its lease.
     pub async fn execute_attached<F, Fut>(

@@ -30,6 +30,7 @@
 mod backoff;
 mod outcome;
 mod settle;
+mod transaction;
 
 use crate::options::{InFlightPolicy, Options, StoreFailurePolicy};
 use crate::record::{Command, CommandKind, Completion, Reply, StoredResult};
@@ -71,6 +72,8 @@ pub struct Attempt {
     lease_lost: bool,
     /// The driver abandoned the attempt: from then on it only settles.
     abandoned: bool,
+    /// The action's effect is writes that commit with its complete ([`Attempt::in_transaction`]).
+    transactional: bool,
 }
 
 /// The command awaiting its reply.
@@ -92,6 +95,9 @@ enum Phase {
     Acting(Acting),
     /// Record the result.
     Completing(Completing),
+    /// Read the record to learn whether a transactional complete whose reply was lost
+    /// committed (see the `transaction` module).
+    Probing(Completing),
     /// Give the key up: after a failed action, or to settle an abandoned attempt.
     Releasing {
         not_before: Timestamp,
@@ -108,6 +114,8 @@ enum AfterRelease {
     ActionFailed,
     /// The attempt was abandoned before its action started.
     Abandoned,
+    /// A transactional action's writes were rolled back.
+    RolledBack,
 }
 
 #[derive(Debug, Clone)]
@@ -170,6 +178,7 @@ impl Attempt {
             notices_from: now,
             lease_lost: false,
             abandoned: false,
+            transactional: false,
         }
     }
 
@@ -322,6 +331,14 @@ impl Attempt {
                 }
                 self.send(CommandKind::Release, now)
             }
+            Phase::Probing(Completing { not_before, .. }) => {
+                if now < *not_before {
+                    return Step::Wait {
+                        until: Some(*not_before),
+                    };
+                }
+                self.send(CommandKind::Read, now)
+            }
         }
     }
 
@@ -384,6 +401,10 @@ impl Attempt {
                 // The lease is gone: stop renewing, and say so in the outcome.
                 self.lease_lost = true;
             }
+            (CommandKind::Complete, reply) if self.transactional => {
+                self.transactional_completed(reply);
+            }
+            (CommandKind::Read, Reply::Read(record)) => self.probed(record.as_ref(), now),
             (CommandKind::Complete, Reply::Completed(completion)) => {
                 // A late complete means the reservation lapsed during the action; an action
                 // that ran unprotected (fail-open) had no reservation to lose. A repeated
@@ -455,10 +476,14 @@ impl Attempt {
                 self.phase = Phase::Finished(Outcome::CorruptRecord);
             }
             CommandKind::Renew => self.lease_lost = true,
+            // A transactional complete refused by a corrupt value rolls its writes back.
+            CommandKind::Complete if self.transactional => {
+                self.phase = Phase::Finished(Outcome::RolledBack { released: true });
+            }
             CommandKind::Complete => self.finish_complete(Some(Recording::CorruptRecord)),
             CommandKind::Release => self.finish_release(true),
-            // The machine never sends a read.
-            CommandKind::Read => {}
+            // A probe that finds the key unreadable cannot tell whether the commit landed.
+            CommandKind::Read => self.phase = Phase::Finished(Outcome::CommitUnknown),
         }
         let _ = now;
         Ok(())
@@ -621,6 +646,17 @@ impl Attempt {
                     .min(self.options.renew_every());
                 acting.next_renew = now.saturating_add(retry);
             }
+            (Phase::Completing(_), CommandKind::Complete) if self.transactional => {
+                self.transactional_complete_failed(now, delay);
+            }
+            (Phase::Probing(probing), CommandKind::Read) => {
+                if probing.retries < max {
+                    probing.retries += 1;
+                    probing.not_before = now.saturating_add(delay);
+                } else {
+                    self.phase = Phase::Finished(Outcome::CommitUnknown);
+                }
+            }
             (Phase::Completing(completing), CommandKind::Complete) => {
                 if completing.retries < max {
                     completing.retries += 1;
@@ -686,6 +722,15 @@ impl Attempt {
         now: Timestamp,
     ) -> Phase {
         let panicked = result == ActionResult::Panicked;
+        if panicked && self.transactional {
+            // The transaction went with the panic, its writes rolled back: nothing happened,
+            // so the key is given back as after a failure.
+            return Phase::Releasing {
+                not_before: now,
+                retries: 0,
+                after: AfterRelease::ActionFailed,
+            };
+        }
         match self.recordable(result) {
             // The effect happened, or may have: record it (`I7`, rule 11).
             Some((result, recorded)) => Phase::Completing(Completing {
@@ -729,6 +774,7 @@ impl Attempt {
                 AfterRelease::ActionFailed => Outcome::ActionFailed { released },
                 AfterRelease::Abandoned if released => Outcome::Abandoned(Abandonment::Settled),
                 AfterRelease::Abandoned => Outcome::Abandoned(Abandonment::LeftToLease),
+                AfterRelease::RolledBack => Outcome::RolledBack { released },
             });
         }
     }
@@ -755,7 +801,7 @@ impl Attempt {
     fn retries_so_far(&self) -> u32 {
         match &self.phase {
             Phase::Reserving { retries, .. } | Phase::Releasing { retries, .. } => *retries,
-            Phase::Completing(completing) => completing.retries,
+            Phase::Completing(completing) | Phase::Probing(completing) => completing.retries,
             Phase::Acting(_) | Phase::Finished(_) => 0,
         }
     }

@@ -102,6 +102,19 @@ pub enum Outcome {
     /// The driver abandoned the attempt ([`Attempt::abandon`](super::Attempt::abandon)) and
     /// settled what it could.
     Abandoned(Abandonment),
+    /// A transactional action ([`Attempt::in_transaction`](super::Attempt::in_transaction)):
+    /// its writes were rolled back together with its complete, because the record was no
+    /// longer this attempt's (its lease ran out, or another caller took the key over) or the
+    /// commit failed. Nothing happened; a retry runs the action again.
+    RolledBack {
+        /// Whether nothing of this attempt's is left under the key (see
+        /// [`Outcome::ActionFailed`]).
+        released: bool,
+    },
+    /// A transactional action whose commit's outcome could not be learned: its writes and
+    /// its record committed together, or neither did. Either way there is one effect at most:
+    /// a retry replays the result, or runs the action for the first time.
+    CommitUnknown,
 }
 
 /// What an abandoned attempt left in the store.

@@ -27,6 +27,10 @@ impl Attempt {
     /// - After the action ended: its result is **completed** (a success, an unrecordable
     ///   value or a panic, never released: `I7`, rule 11) or, for a failure, released, as if
     ///   the caller had stayed.
+    /// - A transactional action ([`in_transaction`](Self::in_transaction)) is different: its
+    ///   writes go with its transaction, so an action dropped mid-run or before its complete
+    ///   was sent is released (nothing happened), and a complete that was out is followed by
+    ///   reads of the record to learn whether it committed.
     /// - After a fail-closed refusal: the reserve that may have landed is released.
     ///
     /// Abandoning twice, or abandoning an attempt that ended otherwise, changes nothing.
@@ -45,6 +49,14 @@ impl Attempt {
         self.phase = match std::mem::replace(&mut self.phase, settled.clone()) {
             Phase::Reserving { .. } if self.reserve_first_sent.is_some() => release,
             Phase::Reserving { .. } => settled,
+            // A transactional action's writes went with the call, whatever it returned.
+            Phase::Acting(acting) if self.transactional && acting.run_handed_out => {
+                Phase::Releasing {
+                    not_before: now,
+                    retries: 0,
+                    after: AfterRelease::RolledBack,
+                }
+            }
             Phase::Acting(acting) => match acting.result {
                 Some(result) => {
                     let confirmed_until = (acting.protection == Protection::Reserved)
@@ -57,6 +69,21 @@ impl Attempt {
                 None if acting.protection == Protection::Reserved => release,
                 None => settled,
             },
+            // A transactional complete belongs to its transaction, which went with the call:
+            // one that was out may have committed (read the record); one not yet sent never
+            // will (its writes rolled back; give the key back).
+            Phase::Completing(mut completing) if self.transactional => {
+                if dropped {
+                    completing.not_before = now;
+                    Phase::Probing(completing)
+                } else {
+                    Phase::Releasing {
+                        not_before: now,
+                        retries: 0,
+                        after: AfterRelease::RolledBack,
+                    }
+                }
+            }
             Phase::Completing(mut completing) => {
                 if dropped {
                     // The dropped complete counts as one failed try; the next goes now.
@@ -71,6 +98,13 @@ impl Attempt {
                 after,
             },
             releasing @ Phase::Releasing { .. } => releasing,
+            Phase::Probing(mut probing) => {
+                if dropped {
+                    probing.retries = probing.retries.saturating_add(1);
+                    probing.not_before = now;
+                }
+                Phase::Probing(probing)
+            }
             Phase::Finished(Outcome::StoreUnavailable) => release,
             finished @ Phase::Finished(_) => finished,
         };

@@ -1,0 +1,209 @@
+//! Transactional calls on `MemoryStore` (MODEL.md, "Effects that commit with the record"):
+//! the action's writes commit with its record, or not at all. The transaction here is a
+//! buffer of rows over an in-process table, committed under the table's lock only when the
+//! record machine recorded the result; idem-postgres tests the same on PostgreSQL.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Fault, FlakyStore, ProviderTimeout, fingerprint};
+use idem::record::{Command, Reply};
+use idem::{
+    Coordinator, Error, Key, MemoryStore, Operation, Options, Store, StoreError, Transaction,
+};
+use idem_core::record::CommandKind;
+
+/// The service's own table: the rows committed so far.
+#[derive(Debug, Default)]
+struct Orders(Mutex<Vec<String>>);
+
+/// Rows written but not committed, and where the record lives.
+struct Pending<S> {
+    orders: Arc<Orders>,
+    store: Arc<S>,
+    rows: Vec<String>,
+}
+
+impl<S: Store> Transaction for Pending<S> {
+    async fn complete(
+        self,
+        operation: Operation,
+        key: Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        let reply = self.store.apply(&operation, &key, command).await?;
+        if idem::record::commits(&reply) {
+            self.orders.0.lock().unwrap().extend(self.rows);
+        }
+        Ok(reply)
+    }
+}
+
+fn options() -> Options {
+    Options::builder()
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// Creates order `row` in a transaction that takes `takes`.
+async fn create_order<S: Store>(
+    coordinator: &Coordinator<S>,
+    orders: &Arc<Orders>,
+    row: &str,
+    takes: Duration,
+) -> Result<String, Error<ProviderTimeout>> {
+    let (orders, store, row) = (
+        Arc::clone(orders),
+        Arc::clone(coordinator.store()),
+        row.to_owned(),
+    );
+    coordinator
+        .execute_in_transaction(
+            "order.create",
+            "k",
+            fingerprint("o", 1),
+            move |_claim| async move {
+                tokio::time::sleep(takes).await;
+                let transaction = Pending {
+                    orders,
+                    store,
+                    rows: vec![row.clone()],
+                };
+                Ok::<_, ProviderTimeout>((row, transaction))
+            },
+        )
+        .await
+        .map(|answer| answer.value)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_holder_whose_lease_was_taken_over_commits_nothing() {
+    // Every renewal fails, so the first holder's lease runs out while it works.
+    let store =
+        FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..1_000, Fault::Fail);
+    let coordinator = Coordinator::new(store, options()).with_seed(20);
+    let orders = Arc::new(Orders::default());
+    let paused = {
+        let (coordinator, orders) = (coordinator.clone(), Arc::clone(&orders));
+        tokio::spawn(async move {
+            create_order(&coordinator, &orders, "paused", Duration::from_secs(3)).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let taker = create_order(&coordinator, &orders, "taker", Duration::from_millis(10)).await;
+    assert_eq!(taker.unwrap(), "taker");
+    let paused = paused.await.unwrap().unwrap_err();
+    assert!(matches!(paused, Error::RolledBack), "{paused:?}");
+    assert!(paused.is_retryable());
+    assert_eq!(*orders.0.lock().unwrap(), ["taker"]);
+    let counted = coordinator.metrics();
+    assert_eq!(
+        (counted.executed, counted.rolled_back, counted.lease_lost),
+        (1, 1, 0)
+    );
+    // The retry the client makes replays the taker's order.
+    let retry = create_order(&coordinator, &orders, "retry", Duration::ZERO).await;
+    assert_eq!(retry.unwrap(), "taker");
+}
+
+/// The same run with a deliberately broken transaction that commits its rows whatever the
+/// record machine answered: the one-row check above catches it.
+struct CommitsAnyway<S>(Pending<S>);
+
+impl<S: Store> Transaction for CommitsAnyway<S> {
+    async fn complete(
+        self,
+        operation: Operation,
+        key: Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        let inner = self.0;
+        let reply = inner.store.apply(&operation, &key, command).await?;
+        inner.orders.0.lock().unwrap().extend(inner.rows);
+        Ok(reply)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_without_the_owner_check_is_caught_writing_twice() {
+    let store =
+        FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..1_000, Fault::Fail);
+    let coordinator = Coordinator::new(store, options()).with_seed(22);
+    let orders = Arc::new(Orders::default());
+    let run = |row: &'static str, takes: Duration| {
+        let (coordinator, orders) = (coordinator.clone(), Arc::clone(&orders));
+        let store = Arc::clone(coordinator.store());
+        tokio::spawn(async move {
+            coordinator
+                .execute_in_transaction(
+                    "order.create",
+                    "k",
+                    fingerprint("o", 1),
+                    move |_claim| async move {
+                        tokio::time::sleep(takes).await;
+                        let pending = Pending {
+                            orders,
+                            store,
+                            rows: vec![row.to_owned()],
+                        };
+                        Ok::<_, ProviderTimeout>((row.to_owned(), CommitsAnyway(pending)))
+                    },
+                )
+                .await
+        })
+    };
+    let paused = run("paused", Duration::from_secs(3));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    run("taker", Duration::from_millis(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = paused.await.unwrap();
+    assert_eq!(
+        orders.0.lock().unwrap().len(),
+        2,
+        "the broken commit writes a second row"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_or_a_panic_rolls_back_and_the_retry_runs() {
+    let coordinator = Coordinator::new(MemoryStore::new(), options()).with_seed(24);
+    let orders = Arc::new(Orders::default());
+    let failed = coordinator
+        .execute_in_transaction("order.create", "k", fingerprint("o", 1), |_claim| async {
+            Err::<(String, Pending<MemoryStore>), _>(ProviderTimeout)
+        })
+        .await;
+    assert!(matches!(failed, Err(Error::Action(ProviderTimeout))));
+    let panicked = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            coordinator
+                .execute_in_transaction("order.create", "k", fingerprint("o", 1), |_claim| async {
+                    if true {
+                        panic!("in the middle of the writes");
+                    }
+                    Err::<(String, Pending<MemoryStore>), _>(ProviderTimeout)
+                })
+                .await
+        })
+    };
+    assert!(panicked.await.unwrap_err().is_panic());
+    // Nothing committed either time, and the key was given back each time.
+    assert_eq!(
+        common::read(&**coordinator.store(), "order.create", "k").await,
+        None
+    );
+    let created = create_order(&coordinator, &orders, "third", Duration::ZERO).await;
+    assert_eq!(created.unwrap(), "third");
+    assert_eq!(*orders.0.lock().unwrap(), ["third"]);
+    let counted = coordinator.metrics();
+    assert_eq!(
+        (counted.action_failed, counted.panicked, counted.executed),
+        (1, 1, 1)
+    );
+}
