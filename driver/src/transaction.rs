@@ -1,7 +1,7 @@
 //! Transactional calls: an action whose effect is writes in the store's own database, made
 //! in a transaction that the record's complete joins (MODEL.md, "Effects that commit with the
 //! record"). The store applies the complete inside the transaction and commits only if the
-//! record machine recorded the result ([`idem_core::commits`]); a holder that lost its key
+//! record machine recorded the result ([`idem_core::record::commits`]); a holder that lost its key
 //! cannot commit, so its writes roll back and the effect happens once, by the holder that
 //! took over.
 //!
@@ -20,7 +20,7 @@ use crate::store::StoreError;
 /// An open transaction of the store's database, holding the action's uncommitted writes.
 pub trait Transaction: Send + 'static {
     /// Applies `command` (the attempt's complete of `key` under `operation`) inside this
-    /// transaction, then commits if [`idem_core::commits`] says the reply recorded the result,
+    /// transaction, then commits if [`idem_core::record::commits`] says the reply recorded the result,
     /// and rolls back otherwise; returns the reply.
     ///
     /// [`StoreError::Unavailable`] means the outcome is unknown: the transaction may or may
