@@ -187,6 +187,15 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         .is_terminated()
                         .then(|| self.guard.attempt.notices_from(now))
                         .flatten();
+                    if until.is_none()
+                        && notices.is_none()
+                        && running.is_terminated()
+                        && command.is_terminated()
+                    {
+                        // Nothing could ever move the attempt again; the machine never asks
+                        // for this.
+                        return Err(ProtocolError::ActionNotRunning.into());
+                    }
                     let changed = notices.map(|from| (from, store.changed(&operation, &key)));
                     let clock = self.clock;
                     let notice = async move {
@@ -218,13 +227,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                                 );
                             }
                         }
-                        () = self.clock.sleep_until(until) => {
-                            if until.is_none() && running.is_terminated() && command.is_terminated() {
-                                // Nothing could ever move the attempt again; the machine
-                                // never asks for this.
-                                return Err(ProtocolError::ActionNotRunning.into());
-                            }
-                        }
+                        () = self.clock.sleep_until(until) => {}
                     }
                 }
             }
