@@ -3,6 +3,10 @@
 //! Baseline in the same run: a bare `HashMap` insert of a fresh key of the same shape, the
 //! least an in-process store could do per call.
 //!
+//! The detached calls (the default, one spawned task per call) are measured beside attached
+//! ones (the call runs in the caller's future), so the cost of surviving a dropped caller is
+//! a ratio in the same run.
+//!
 //! `cargo bench -p idem --bench execute`
 
 use std::collections::HashMap;
@@ -24,6 +28,16 @@ fn coordinator() -> Coordinator<MemoryStore> {
 async fn call(coordinator: &Coordinator<MemoryStore>, key: &str, fp: Fingerprint) -> u64 {
     let outcome = coordinator
         .execute(OP, key, fp, |_claim| async { Ok::<_, Infallible>(42_u64) })
+        .await;
+    match outcome {
+        Ok(value) => value,
+        Err(error) => panic!("the benchmark's call failed: {error}"),
+    }
+}
+
+async fn attached(coordinator: &Coordinator<MemoryStore>, key: &str, fp: Fingerprint) -> u64 {
+    let outcome = coordinator
+        .execute_attached(OP, key, fp, |_claim| async { Ok::<_, Infallible>(42_u64) })
         .await;
     match outcome {
         Ok(value) => value,
@@ -75,6 +89,31 @@ fn benches(c: &mut Criterion) {
                 let start = Instant::now();
                 for _ in 0..iters {
                     black_box(call(&coordinator, "k", fp).await);
+                }
+                start.elapsed()
+            })
+        });
+    });
+    group.bench_function("fresh_key_attached", |b| {
+        b.iter_custom(|iters| {
+            current.block_on(async {
+                let coordinator = coordinator();
+                let start = Instant::now();
+                for i in 0..iters {
+                    black_box(attached(&coordinator, &format!("k{i}"), fp).await);
+                }
+                start.elapsed()
+            })
+        });
+    });
+    group.bench_function("replay_attached", |b| {
+        b.iter_custom(|iters| {
+            current.block_on(async {
+                let coordinator = coordinator();
+                attached(&coordinator, "k", fp).await;
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(attached(&coordinator, "k", fp).await);
                 }
                 start.elapsed()
             })
