@@ -238,7 +238,7 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use idem_core::record::Command;
+    use idem_core::record::{Command, StoredResult};
     use idem_core::{Fingerprint, OwnerToken};
 
     use super::source;
@@ -256,7 +256,7 @@ mod tests {
             Command::Complete {
                 owner,
                 fingerprint,
-                body: None,
+                result: StoredResult::NotStored,
                 retention: Duration::from_secs(1),
             },
             Command::Renew {
