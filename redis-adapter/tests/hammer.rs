@@ -70,7 +70,7 @@ async fn calls<S: Store>(
                         "hammer.charge",
                         format!("key-{k}"),
                         fp,
-                        |_claim| async move {
+                        move |_claim| async move {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                             let n: u64 = effects.incr(format!("effects:{k}"), 1).await?;
                             Ok::<String, redis::RedisError>(format!("w{worker}-effect{n}"))
