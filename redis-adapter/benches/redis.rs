@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem::Store;
-use idem_core::record::Command;
+use idem_core::record::{Command, StoredResult};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken};
 use idem_redis::RedisStore;
 use support::RedisServer;
@@ -107,7 +107,9 @@ fn main() {
                                 let complete = Command::Complete {
                                     owner,
                                     fingerprint: fp,
-                                    body: Some(Body::new(br#"{"charge":"ch_1"}"#.to_vec())),
+                                    result: StoredResult::Value(Body::new(
+                                        br#"{"charge":"ch_1"}"#.to_vec(),
+                                    )),
                                     retention: Duration::from_secs(3600),
                                 };
                                 store.apply(&op, &key, complete).await.unwrap();

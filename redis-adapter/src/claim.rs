@@ -90,7 +90,7 @@ pub(crate) fn decide(
 mod tests {
     use std::time::Duration;
 
-    use idem_core::record::{Command, apply};
+    use idem_core::record::{Command, StoredResult, apply};
     use idem_core::{Body, Timestamp};
     use proptest::prelude::*;
 
@@ -106,9 +106,15 @@ mod tests {
 
     /// A live value under the key: a record (with its waiter mark) or a claim.
     fn held() -> impl Strategy<Value = Stored> {
-        let body = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8));
-        (0..4_u8, 1..=2_u128, 0..2_u8, body, any::<bool>()).prop_map(
-            |(kind, holder, print, body, watched)| {
+        // Every completed state: a value (state 3), none (2), a panic (6).
+        let result = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..8)
+                .prop_map(|bytes| StoredResult::Value(Body::new(bytes))),
+            Just(StoredResult::NotStored),
+            Just(StoredResult::Panicked),
+        ];
+        (0..4_u8, 1..=2_u128, 0..2_u8, result, any::<bool>()).prop_map(
+            |(kind, holder, print, result, watched)| {
                 let (owner, fingerprint) = (owner(holder), fp(print));
                 let deadline = Timestamp::from_millis(50_000);
                 match kind {
@@ -125,7 +131,7 @@ mod tests {
                         record: Record::Completed {
                             owner,
                             fingerprint,
-                            body: body.map(Body::new),
+                            result,
                             expires_at: deadline,
                         },
                         watched: false,
@@ -238,7 +244,7 @@ mod tests {
         let stale = Record::Completed {
             owner: owner(2),
             fingerprint: fp(0),
-            body: None,
+            result: StoredResult::NotStored,
             expires_at: Timestamp::from_millis(0),
         };
         let bytes = codec::encode(&stale);

@@ -290,17 +290,66 @@ mod tests {
         assert_eq!(&bytes[52..], &1_700_000_000_123_u64.to_be_bytes());
     }
 
-    #[test]
-    fn an_empty_body_is_not_a_missing_body() {
-        let with_empty = Record::Completed {
+    fn completed(result: StoredResult) -> Record {
+        Record::Completed {
             owner: OwnerToken::from_u128(1),
             fingerprint: Fingerprint::of_bytes(b"x"),
-            body: Some(Body::new(Vec::new())),
+            result,
             expires_at: Timestamp::from_millis(5),
-        };
+        }
+    }
+
+    #[test]
+    fn an_empty_body_is_not_a_missing_body() {
+        let with_empty = completed(StoredResult::Value(Body::new(Vec::new())));
         let bytes = encode(&with_empty);
         assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(bytes[3], STATE_COMPLETED);
         assert_eq!(decode(&bytes), Ok(with_empty));
+        let without = completed(StoredResult::NotStored);
+        let bytes = encode(&without);
+        assert_eq!(bytes[3], STATE_COMPLETED_NO_BODY);
+        assert_eq!(decode(&bytes), Ok(without));
+    }
+
+    #[test]
+    fn a_panicked_completion_is_state_6_without_a_body() {
+        let panicked = completed(StoredResult::Panicked);
+        let bytes = encode(&panicked);
+        assert_eq!(bytes.len(), HEADER_LEN);
+        assert_eq!(&bytes[..4], b"id\x01\x06");
+        assert_eq!(decode(&bytes), Ok(panicked.clone()));
+        assert_eq!(
+            decode_stored(&bytes),
+            Ok(Stored::Record {
+                record: panicked,
+                watched: false
+            })
+        );
+        // It is neither of the other completed states: one byte apart, three answers.
+        let mut as_no_body = bytes.clone();
+        as_no_body[3] = STATE_COMPLETED_NO_BODY;
+        assert_eq!(decode(&as_no_body), Ok(completed(StoredResult::NotStored)));
+    }
+
+    #[test]
+    fn a_panicked_completion_with_trailing_bytes_is_refused() {
+        // State 6 carries no body: bytes after its header are not a record this adapter
+        // wrote, and must not be read as a body (nor the panic as a value).
+        let mut bytes = encode(&completed(StoredResult::Panicked));
+        bytes.extend_from_slice(b"{}");
+        assert_eq!(
+            decode(&bytes),
+            Err(DecodeError::TrailingBytes {
+                len: HEADER_LEN + 2
+            })
+        );
+        assert_eq!(
+            decode_stored(&bytes),
+            Err(DecodeError::TrailingBytes {
+                len: HEADER_LEN + 2
+            })
+        );
     }
 
     #[test]
@@ -391,15 +440,21 @@ mod tests {
         use super::super::*;
 
         fn record() -> impl Strategy<Value = Record> {
-            let body = proptest::option::of(proptest::collection::vec(any::<u8>(), 0..100));
+            // Every completed state: a value (3), none (2), a panic (6).
+            let result = prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..100)
+                    .prop_map(|bytes| StoredResult::Value(Body::new(bytes))),
+                Just(StoredResult::NotStored),
+                Just(StoredResult::Panicked),
+            ];
             (
                 any::<bool>(),
                 any::<u128>(),
                 any::<[u8; 32]>(),
                 0..=MAX_DEADLINE_MS,
-                body,
+                result,
             )
-                .prop_map(|(pending, owner, fp, deadline, body)| {
+                .prop_map(|(pending, owner, fp, deadline, result)| {
                     let owner = OwnerToken::from_u128(owner);
                     let fingerprint = Fingerprint::from_bytes(fp);
                     let deadline = Timestamp::from_millis(deadline);
@@ -413,7 +468,7 @@ mod tests {
                         Record::Completed {
                             owner,
                             fingerprint,
-                            body: body.map(Body::new),
+                            result,
                             expires_at: deadline,
                         }
                     }

@@ -14,18 +14,29 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), idem_redis::ConnectError> {
-//! use std::time::Duration;
+//! use idem::{Coordinator, Options};
 //! use idem_redis::RedisStore;
 //!
 //! let store = RedisStore::builder()
 //!     .prefix("billing:")
-//!     .command_timeout(Duration::from_millis(500))
 //!     .connect("redis://127.0.0.1:6379")
 //!     .await?;
-//! # let _ = store;
+//! let payments = Coordinator::new(store, Options::default());
+//! # let _ = payments;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Timers and retries are the attempt's
+//!
+//! How long a reply is awaited, and whether and when a command is sent again, is decided by
+//! the attempt machine of `idem-core` (rule 12): each command carries the attempt's reply
+//! deadline (`Options::reply_timeout`, 500 ms by default), the driver drops a command whose
+//! deadline passed, and the attempt retries it with its own backoff. The store adds no
+//! policy of its own: its per-command timeout
+//! ([`RedisStoreBuilder::command_timeout`], 5 s by default) is only a backstop for commands
+//! sent without a deadline, the standalone connection never resends a command (it only
+//! reconnects), and the Cluster client is built with no request retries.
 //!
 //! Needs Redis 7.0 or later (`SET … NX … GET`, `PEXPIRETIME`); tested on Redis 7.0.
 //!

@@ -25,7 +25,7 @@
 //!
 //! | script   | tags |
 //! |----------|------|
-//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `K` fingerprint (key reuse) |
+//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `U` (replay: the action panicked, outcome unknown) · `K` fingerprint (key reuse) |
 //! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
 //! | renew    | `N` lease_until · `X` refusal |
 //! | release  | `D` · `X` refusal |
@@ -70,7 +70,9 @@ local function load(key)
   end
   -- State 4 is a pending record that a waiter was told about: its complete or release is
   -- announced. State 5 is a claim: pending, its lease end the key's expiry. Both are
-  -- pending (state 1) below.
+  -- pending (state 1) below. States 2, 3 and 6 are completed (6: the action panicked,
+  -- replayed as 'U'); every script but reserve treats them alike (state ~= 1), and only
+  -- state 3 carries a body.
   local watched = state == 4
   local claim = state == 5
   if watched or claim then state = 1 end
@@ -238,7 +240,7 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use idem_core::record::Command;
+    use idem_core::record::{Command, StoredResult};
     use idem_core::{Fingerprint, OwnerToken};
 
     use super::source;
@@ -256,7 +258,7 @@ mod tests {
             Command::Complete {
                 owner,
                 fingerprint,
-                body: None,
+                result: StoredResult::NotStored,
                 retention: Duration::from_secs(1),
             },
             Command::Renew {

@@ -20,8 +20,15 @@ use crate::layout::KeyLayout;
 use crate::scripts::Scripts;
 use crate::watch::Watch;
 
-/// The per-command timeout used when none is configured.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+/// The per-command timeout used when none is configured: a backstop, not a decision.
+///
+/// How long a store reply is awaited is the attempt's to say (rule 12): every command the
+/// driver sends carries the attempt's reply deadline (`Options::reply_timeout`, 500 ms by
+/// default), and the driver drops the command when it passes, long before this backstop.
+/// The backstop only bounds a command that nothing else bounds (a caller of
+/// [`Store::apply`] that sets no deadline of its own), so it is set well above any reply
+/// timeout an attempt uses.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The connect timeout used when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -125,10 +132,17 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long one command may take, round trips and script loading included (default
-    /// 1 s). A command that takes longer fails with [`StoreError::Unavailable`], and may
-    /// still have run on the server. Zero is raised to one millisecond. A reserve that the
-    /// single-command path hands to the script is two commands, each with this timeout.
+    /// The backstop on one command, round trips and script loading included (default
+    /// [`DEFAULT_COMMAND_TIMEOUT`], 5 s). A command that takes longer fails with
+    /// [`StoreError::Unavailable`], and may still have run on the server. Zero is raised to
+    /// one millisecond. A reserve that the single-command path hands to the script is two
+    /// commands, each with this timeout.
+    ///
+    /// This is not how long a call waits for Redis: the attempt's own reply deadline
+    /// (`Options::reply_timeout` of `idem`, 500 ms by default) governs, and the driver drops
+    /// a command whose deadline passed, then retries it as the attempt's policy says
+    /// (rule 12). Keep the backstop above the reply timeout, so that it never decides for
+    /// the attempt; it bounds only commands sent with no deadline of their own.
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));
@@ -220,6 +234,13 @@ impl RedisStoreBuilder {
     }
 
     /// Connects to a Cluster through any of its nodes (`redis://host:port` each).
+    ///
+    /// The Cluster client is built with no request retries of its own (redis-rs retries a
+    /// failed or redirected request up to 16 times by default): a command that fails,
+    /// times out or meets a redirection (`MOVED`, `ASK`, `TRYAGAIN`) comes back as
+    /// [`StoreError::Unavailable`] at once, and the attempt's retry policy, with its
+    /// backoff and its count, is the only one (rule 12). The client still refreshes its
+    /// slot map after a redirection, so the attempt's retry goes to the right node.
     pub async fn connect_cluster<I, U>(self, nodes: I) -> Result<RedisStore, ConnectError>
     where
         I: IntoIterator<Item = U>,
@@ -229,13 +250,17 @@ impl RedisStoreBuilder {
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.command_timeout)
             .overall_response_timeout(Some(self.command_timeout))
+            .retries(0)
             .build()
             .map_err(ConnectError::Config)?;
         self.from_cluster_client(client).await
     }
 
     /// Uses an existing Cluster client. Whatever timeouts it was built with, each command
-    /// is also bounded by this builder's command timeout.
+    /// is also bounded by this builder's command timeout. Its request retries are its own:
+    /// build it with `ClusterClientBuilder::retries(0)`, as
+    /// [`connect_cluster`](Self::connect_cluster) does, so that the attempt's retry policy
+    /// is the only one.
     pub async fn from_cluster_client(
         self,
         client: ClusterClient,
@@ -328,7 +353,8 @@ impl RedisStore {
         &self.inner.layout
     }
 
-    /// The per-command timeout.
+    /// The per-command backstop timeout (see
+    /// [`RedisStoreBuilder::command_timeout`]).
     pub fn command_timeout(&self) -> Duration {
         self.inner.command_timeout
     }
@@ -528,7 +554,8 @@ impl RedisStore {
         )
     }
 
-    /// Awaits `call` within the command timeout; every failure is `Unavailable`.
+    /// Awaits `call` within the backstop timeout; every failure is `Unavailable`. A driver
+    /// that gives the command up at the attempt's reply deadline drops this future first.
     async fn within_timeout<T>(
         &self,
         command: &Command,

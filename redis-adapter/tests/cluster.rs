@@ -1,6 +1,6 @@
 //! The store on a three-master Redis Cluster started by the harness: the article's
 //! scenarios and concurrency through the Coordinator, the differential check, foreign
-//! values, and a stalled node under the per-command timeout.
+//! values, and a stalled node under the store's backstop timeout.
 
 mod support;
 
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use idem::{Store, StoreError};
 use idem_core::record::{Command, Reply};
 use idem_core::{Fingerprint, Key, Operation, OwnerToken};
-use idem_redis::RedisStore;
+use idem_redis::{DEFAULT_COMMAND_TIMEOUT, RedisStore};
 use redis::AsyncCommands;
 use support::scenarios;
 use support::{RedisCluster, raw_command};
@@ -30,7 +30,7 @@ fn keys_on(port: u16) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenarios_and_concurrency_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let store = store(&cluster, Duration::from_secs(1)).await;
+    let store = store(&cluster, DEFAULT_COMMAND_TIMEOUT).await;
     scenarios::article_wait(&store, "order-wait").await;
     scenarios::article_raise(&store, "order-raise").await;
     scenarios::sequential_rules(&store, "order-seq").await;
@@ -51,7 +51,7 @@ fn redis_cluster_agrees_with_the_record_machine() {
         .enable_all()
         .build()
         .unwrap();
-    let store = runtime.block_on(store(&cluster, Duration::from_secs(1)));
+    let store = runtime.block_on(store(&cluster, DEFAULT_COMMAND_TIMEOUT));
     if let Err(failure) = support::differential::check(&runtime, &store, 60) {
         panic!("{failure}");
     }
@@ -68,7 +68,7 @@ fn the_single_command_reserve_agrees_with_the_record_machine_on_a_cluster() {
     let (store, conn) = runtime.block_on(async {
         let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
         let conn = client.get_async_connection().await.unwrap();
-        (store(&cluster, Duration::from_secs(1)).await, conn)
+        (store(&cluster, DEFAULT_COMMAND_TIMEOUT).await, conn)
     });
     let claiming = support::differential::Claiming::new(store, conn);
     if let Err(failure) = support::differential::check(&runtime, &claiming, 60) {
@@ -110,7 +110,8 @@ async fn foreign_values_and_a_stalled_node_on_a_cluster() {
         .unwrap();
     assert_eq!(kind, "hash");
 
-    // Every node stalls for 1.5 s: the command gives up after its timeout.
+    // Every node stalls for 1.5 s: a command sent with no deadline of its own (straight to
+    // the store, not through an attempt) gives up at the store's backstop timeout.
     let key = Key::new("stalled").unwrap();
     store.apply(&op, &key, Command::Read).await.unwrap();
     let sleepers: Vec<_> = cluster

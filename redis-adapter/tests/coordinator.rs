@@ -14,6 +14,10 @@ use idem_redis::RedisStore;
 use support::RedisServer;
 use support::scenarios::{self, Provider};
 
+/// How long the attempts of the store-failure tests await a reply. The store's own
+/// per-command timeout stays at its default backstop: the attempt decides (rule 12).
+const REPLY_TIMEOUT: Duration = Duration::from_millis(200);
+
 async fn store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url()).await.unwrap()
 }
@@ -88,16 +92,13 @@ async fn renewal_keeps_a_slow_actions_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_server_fails_open_or_closed_and_is_counted() {
     let mut server = RedisServer::start();
-    let store = RedisStore::builder()
-        .command_timeout(Duration::from_millis(200))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let store = store(&server).await;
     server.kill();
     let ran = Arc::new(AtomicU32::new(0));
     let policy = |on_failure| {
         let options = Options::builder()
             .on_store_failure(on_failure)
+            .reply_timeout(REPLY_TIMEOUT)
             .backoff_initial(Duration::from_millis(5))
             .build()
             .unwrap();
@@ -135,13 +136,10 @@ async fn a_dead_server_fails_open_or_closed_and_is_counted() {
 /// its policy allows, nothing panics, and the failures are counted.
 async fn killed_mid_run(on_failure: StoreFailurePolicy) -> (Vec<Result<Provenance, String>>, u64) {
     let mut server = RedisServer::start();
-    let store = RedisStore::builder()
-        .command_timeout(Duration::from_millis(200))
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let store = store(&server).await;
     let options = Options::builder()
         .on_store_failure(on_failure)
+        .reply_timeout(REPLY_TIMEOUT)
         .backoff_initial(Duration::from_millis(5))
         .build()
         .unwrap();

@@ -2,14 +2,15 @@
 //! applied to the core's record machine and to Redis through the adapter; every reply must
 //! agree, step for step (the checker is in `support/differential.rs`).
 //!
-//! The checker is shown to catch bugs: three deliberately broken stores (a script without the
-//! owner check, one without the fingerprint check, a claim whose key outlives its lease),
-//! built here in the harness around the real store, must each be caught.
+//! The checker is shown to catch bugs: four deliberately broken stores (a script without the
+//! owner check, one without the fingerprint check, a claim whose key outlives its lease, a
+//! complete that records a panic as a result not stored), built here in the harness around
+//! the real store, must each be caught.
 
 mod support;
 
 use idem::StoreError;
-use idem_core::record::{Command, Record, Reply};
+use idem_core::record::{Command, Record, Reply, StoredResult};
 use idem_core::{Key, Operation};
 use idem_redis::RedisStore;
 use support::RedisServer;
@@ -59,6 +60,27 @@ impl TimedStore for NoFingerprintCheck {
             (holder(&self.0, operation, key).await, &mut command)
         {
             *fingerprint = record.fingerprint();
+        }
+        TimedStore::apply_timed(&self.0, operation, key, command).await
+    }
+}
+
+/// Broken on purpose: as if the complete script wrote a panicked action's record as a
+/// completion without a body (state 2 instead of 6), so that a replay says "result not
+/// stored" where it must say "outcome unknown".
+struct PanicAsNotStored(RedisStore);
+
+impl TimedStore for PanicAsNotStored {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        mut command: Command,
+    ) -> Result<(Reply, Timing), StoreError> {
+        if let Command::Complete { result, .. } = &mut command
+            && *result == StoredResult::Panicked
+        {
+            *result = StoredResult::NotStored;
         }
         TimedStore::apply_timed(&self.0, operation, key, command).await
     }
@@ -152,4 +174,15 @@ fn the_checker_catches_a_store_without_the_fingerprint_check() {
         .unwrap();
     let failure = check(&runtime, &NoFingerprintCheck(store), 256).expect_err("must be caught");
     assert!(failure.contains("model"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_store_that_forgets_a_panic() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::connect(&server.url()))
+        .unwrap();
+    let failure = check(&runtime, &PanicAsNotStored(store), 256).expect_err("must be caught");
+    assert!(failure.contains("Panicked"), "{failure}");
 }

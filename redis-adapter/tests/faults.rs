@@ -9,23 +9,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use idem::{Store, StoreError};
-use idem_core::record::{Command, Reply};
+use idem_core::record::{Command, CommandKind, Reply};
 use idem_core::{
     ActionResult, Attempt, Body, Execution, Fingerprint, Key, Operation, Options, Outcome,
     OwnerToken, Protection, Record, Recording, StoreFailurePolicy,
 };
-use idem_redis::{RedisStore, codec};
+use idem_redis::{DEFAULT_COMMAND_TIMEOUT, RedisStore, codec};
 use redis::AsyncCommands;
 use support::attempt::drive;
 use support::proxy::Proxy;
 use support::{RedisServer, raw_command};
 
-const TIMEOUT: Duration = Duration::from_millis(200);
+/// How long the attempts here await a store reply (the core's `reply_timeout`).
+const REPLY_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The attempts' lease.
+const LEASE: Duration = Duration::from_secs(5);
 
 fn options(on_failure: StoreFailurePolicy) -> Options {
     Options::builder()
         .on_store_failure(on_failure)
-        .lease(Duration::from_secs(5))
+        .lease(LEASE)
+        .reply_timeout(REPLY_TIMEOUT)
         .backoff_initial(Duration::from_millis(5))
         .backoff_max(Duration::from_millis(20))
         .build()
@@ -54,12 +59,12 @@ fn charge(effects: &Arc<AtomicU32>) -> impl AsyncFnOnce() -> ActionResult + use<
 }
 
 /// A store whose only connection is the command connection (no watch subscription), so
-/// that a proxy's faults hit the commands under test.
+/// that a proxy's faults hit the commands under test. Its per-command timeout is the
+/// default backstop: the attempts' reply deadlines decide.
 async fn store_at(url: &str) -> RedisStore {
     RedisStore::builder()
         .watch(false)
-        .command_timeout(TIMEOUT)
-        .connect_timeout(TIMEOUT)
+        .connect_timeout(REPLY_TIMEOUT)
         .connect(url)
         .await
         .unwrap()
@@ -112,8 +117,12 @@ async fn a_killed_server_fails_open_or_closed_as_configured() {
         "{outcome:?}"
     );
     assert_eq!(seen.runs, 1);
-    assert!(seen.store_errors >= 2, "reserve retried, complete retried");
+    // Every try of the reserve and of the complete failed (refused, or given up at the
+    // attempt's reply deadline), and each was retried as the attempt says.
+    let tries = 1 + options(StoreFailurePolicy::FailOpen).store_retries();
+    assert_eq!(seen.store_errors + seen.timed_out, 2 * tries, "{seen:?}");
     assert_eq!(effects.load(Ordering::SeqCst), 2);
+    let open_errors = seen.store_errors;
 
     // Fail-closed: nothing runs.
     let (outcome, seen) = drive(
@@ -126,9 +135,14 @@ async fn a_killed_server_fails_open_or_closed_as_configured() {
     assert_eq!(seen.runs, 0);
     assert_eq!(effects.load(Ordering::SeqCst), 2);
 
+    assert_eq!(seen.store_errors + seen.timed_out, tries, "{seen:?}");
+
+    // The store counted every failure it answered (a command dropped at the attempt's
+    // deadline never answered).
     let stats = store.stats();
-    assert!(
-        stats.unavailable >= u64::from(seen.store_errors) + 2,
+    assert_eq!(
+        stats.unavailable,
+        u64::from(open_errors + seen.store_errors),
         "{stats:?}"
     );
     assert_eq!(stats.corrupt, 0);
@@ -177,47 +191,51 @@ async fn a_restarted_server_is_reached_again_by_the_same_store() {
     assert_eq!(effects.load(Ordering::SeqCst), 2);
 }
 
+/// A stalled link: the attempt gives each command up at its own reply deadline (rule 12),
+/// far sooner than the store's backstop would, retries it as its policy says, and ends
+/// (fail-closed here) with nothing run. The stalled reserves still reach the server once
+/// the link recovers (a timed-out command may still run), and a retry with the same token
+/// gets that reservation (I11).
 #[tokio::test]
 async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port).await;
     let store = store_at(&proxy.url()).await;
+    assert_eq!(store.command_timeout(), DEFAULT_COMMAND_TIMEOUT);
     let op = Operation::new("payment.charge").unwrap();
     let key = Key::new("k").unwrap();
-    let reserve = Command::Reserve {
-        owner: OwnerToken::from_u128(1),
-        fingerprint: Fingerprint::of_bytes(b"a"),
-        lease: Duration::from_secs(30),
-    };
-    // Load the reserve script first: a stalled EVALSHA of an unknown script would only
-    // come back NOSCRIPT.
-    let warm_up = Key::new("warm-up").unwrap();
-    store.apply(&op, &warm_up, reserve.clone()).await.unwrap();
+    let effects = Arc::new(AtomicU32::new(0));
+    // Load the scripts first: a stalled EVALSHA of an unknown script would only come back
+    // NOSCRIPT.
+    let (outcome, _) = drive(
+        &store,
+        attempt("warm-up", 1, StoreFailurePolicy::FailClosed),
+        charge(&effects),
+    )
+    .await;
+    assert!(executed_under_reservation(&outcome), "{outcome:?}");
 
     proxy.stall();
+    let stalled = attempt("k", 2, StoreFailurePolicy::FailClosed);
+    let tries = 1 + stalled.options().store_retries();
     let started = Instant::now();
-    let result = store.apply(&op, &key, reserve.clone()).await;
+    let (outcome, seen) = drive(&store, stalled, charge(&effects)).await;
     let waited = started.elapsed();
-    assert!(
-        matches!(
-            &result,
-            Err(StoreError::Unavailable {
-                command: "reserve",
-                ..
-            })
-        ),
-        "{result:?}"
-    );
-    assert!(result.unwrap_err().is_outcome_unknown());
-    // Generous bound (the machine is shared): the point is that the call returns at all.
-    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    assert_eq!(outcome, Outcome::StoreUnavailable);
+    assert_eq!(seen.runs, 0);
+    // Every try ended at the attempt's deadline, none at the store's backstop.
+    assert_eq!(seen.timed_out, tries, "{seen:?}");
+    assert_eq!(seen.store_errors, 0, "{seen:?}");
+    assert!(waited >= REPLY_TIMEOUT * tries, "waited {waited:?}");
+    // Generous (the machine is shared): the point is that no try waited for the backstop.
+    assert!(waited < DEFAULT_COMMAND_TIMEOUT, "waited {waited:?}");
 
-    // The stalled reserve reaches the server once the link recovers: a timed-out command
-    // may still run. Its retry with the same token gets the reservation (I11).
+    // The stalled reserve reaches the server once the link recovers. Its retry with the
+    // same token gets the reservation (I11).
     proxy.resume();
     let mut conn = server.conn().await;
     let redis_key = store.layout().record_key(&op, &key);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(4);
     let raw: Vec<u8> = loop {
         let raw: Option<Vec<u8>> = conn.get(&redis_key).await.unwrap();
         if let Some(raw) = raw {
@@ -230,12 +248,18 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     // The reserve was the single-command claim, whose lease end is the key's expiry.
+    let owner = OwnerToken::from_u128(2);
     assert!(
-        matches!(codec::decode_stored(&raw), Ok(codec::Stored::Claim { owner, .. }) if owner == OwnerToken::from_u128(1)),
-        "a claim of the first caller"
+        matches!(codec::decode_stored(&raw), Ok(codec::Stored::Claim { owner: o, .. }) if o == owner),
+        "a claim of the stalled caller"
     );
+    let retry = Command::Reserve {
+        owner,
+        fingerprint: Fingerprint::of_bytes(b"charge 100"),
+        lease: LEASE,
+    };
     let retried = loop {
-        match store.apply(&op, &key, reserve.clone()).await {
+        match store.apply(&op, &key, retry.clone()).await {
             Ok(reply) => break reply,
             Err(error) => {
                 assert!(Instant::now() < deadline, "{error}");
@@ -246,10 +270,60 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
     assert_eq!(
         retried,
         Reply::Reserved(idem_core::Reservation {
-            owner: OwnerToken::from_u128(1),
+            owner,
             lease_until: None,
         })
     );
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "only the warm-up ran");
+}
+
+/// The store's own timeout is a backstop for a command sent with no deadline of its own
+/// (here, straight to `Store::apply`): a stalled link still returns, as an unknown outcome.
+#[tokio::test]
+async fn the_backstop_bounds_a_command_sent_without_a_deadline() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port).await;
+    let backstop = Duration::from_millis(300);
+    let store = RedisStore::builder()
+        .watch(false)
+        .command_timeout(backstop)
+        .connect(&proxy.url())
+        .await
+        .unwrap();
+    let op = Operation::new("payment.charge").unwrap();
+    let reserve = |key: &str| {
+        (
+            Key::new(key).unwrap(),
+            Command::Reserve {
+                owner: OwnerToken::from_u128(1),
+                fingerprint: Fingerprint::of_bytes(b"a"),
+                lease: LEASE,
+            },
+        )
+    };
+    let (warm_up, command) = reserve("warm-up");
+    store.apply(&op, &warm_up, command).await.unwrap();
+
+    proxy.stall();
+    let (key, command) = reserve("k");
+    let started = Instant::now();
+    let result = store.apply(&op, &key, command).await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(
+            &result,
+            Err(StoreError::Unavailable {
+                command: CommandKind::Reserve,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(result.unwrap_err().is_outcome_unknown());
+    assert!(waited >= backstop, "waited {waited:?}");
+    // Generous bound (the machine is shared): the point is that the call returns at all.
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+    proxy.resume();
 }
 
 #[tokio::test]
@@ -347,8 +421,7 @@ async fn a_store_built_while_redis_is_down_works_once_it_is_up() {
     let mut server = RedisServer::start();
     server.kill();
     let store = RedisStore::builder()
-        .command_timeout(TIMEOUT)
-        .connect_timeout(TIMEOUT)
+        .connect_timeout(REPLY_TIMEOUT)
         .connect_lazy(&server.url())
         .unwrap();
     let effects = Arc::new(AtomicU32::new(0));

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use idem::{Store, StoreError};
-use idem_core::record::{Command, Completion, Refusal, Reply};
+use idem_core::record::{Command, Completion, Refusal, Reply, StoredResult};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Record, Timestamp};
 use idem_redis::{RedisStore, codec};
 use redis::AsyncCommands;
@@ -31,13 +31,26 @@ fn reserve(owner: u128, fp: &[u8]) -> Command {
     }
 }
 
+/// A complete with a body, or (`None`) without one.
 fn complete(owner: u128, fp: &[u8], body: Option<&[u8]>) -> Command {
+    complete_as(owner, fp, body.map_or(StoredResult::NotStored, value))
+}
+
+fn complete_as(owner: u128, fp: &[u8], result: StoredResult) -> Command {
     Command::Complete {
         owner: OwnerToken::from_u128(owner),
         fingerprint: Fingerprint::of_bytes(fp),
-        body: body.map(Body::new),
+        result,
         retention: RETENTION,
     }
+}
+
+fn value(bytes: &[u8]) -> StoredResult {
+    StoredResult::Value(Body::new(bytes))
+}
+
+fn replay(result: StoredResult) -> Reply {
+    Reply::Replay { result }
 }
 
 fn renew(owner: u128) -> Command {
@@ -110,9 +123,7 @@ async fn a_key_through_its_life() {
     );
     assert_eq!(
         store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
-        Reply::Replay {
-            body: Some(Body::new(b"ch_1".to_vec()))
-        }
+        replay(value(b"ch_1"))
     );
     // I3: a completed record is never changed or removed.
     assert_eq!(
@@ -128,12 +139,12 @@ async fn a_key_through_its_life() {
             Reply::Refused(Refusal::AlreadyCompleted)
         );
     }
-    let Ok(Reply::Read(Some(Record::Completed { body, owner, .. }))) =
+    let Ok(Reply::Read(Some(Record::Completed { result, owner, .. }))) =
         store.apply(&o, &k, Command::Read).await
     else {
         panic!("a completed record reads back");
     };
-    assert_eq!(body, Some(Body::new(b"ch_1".to_vec())));
+    assert_eq!(result, value(b"ch_1"));
     assert_eq!(owner, OwnerToken::from_u128(1));
     // Rule 8: the same key under another operation is another record.
     assert!(matches!(
@@ -143,6 +154,101 @@ async fn a_key_through_its_life() {
     // One request each, except the first "in flight", which the claim hands to the script
     // to mark the record for the waiter.
     assert_eq!(store.stats().commands, 17);
+
+    // A key whose action panicked (rule 11): completed as "outcome unknown", codec state 6,
+    // and from then on exactly as completed as a key with a value.
+    let panicked = key("order-2");
+    assert!(matches!(
+        store.apply(&o, &panicked, reserve(5, b"a")).await,
+        Ok(Reply::Reserved(_))
+    ));
+    assert_eq!(
+        store
+            .apply(&o, &panicked, complete_as(5, b"a", StoredResult::Panicked))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::InTime)
+    );
+    let raw: Vec<u8> = server
+        .conn()
+        .await
+        .get(store.layout().record_key(&o, &panicked))
+        .await
+        .unwrap();
+    assert_eq!(
+        (raw.len(), raw[3]),
+        (codec::HEADER_LEN, 6),
+        "state 6, no body"
+    );
+    // Every identical request, the holder's own retry and a stranger's, is told the outcome
+    // is unknown: through the single-command reserve and through the script alike.
+    for owner in [5, 6] {
+        assert_eq!(
+            store
+                .apply(&o, &panicked, reserve(owner, b"a"))
+                .await
+                .unwrap(),
+            replay(StoredResult::Panicked)
+        );
+        let (reply, _) = store
+            .apply_timed(&o, &panicked, reserve(owner, b"a"))
+            .await
+            .unwrap();
+        assert_eq!(reply, replay(StoredResult::Panicked));
+    }
+    assert_eq!(
+        store
+            .apply(&o, &panicked, reserve(6, b"other"))
+            .await
+            .unwrap(),
+        Reply::KeyReuse {
+            stored: Fingerprint::of_bytes(b"a")
+        }
+    );
+    // I3: neither its owner nor anyone else changes it; a repeated complete (even one that
+    // says it has a value) is recognised and changes nothing.
+    assert_eq!(
+        store
+            .apply(&o, &panicked, complete_as(5, b"a", StoredResult::Panicked))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::Repeated)
+    );
+    assert_eq!(
+        store
+            .apply(&o, &panicked, complete(5, b"a", Some(b"ch_late")))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::Repeated)
+    );
+    for command in [renew(5), release(5)] {
+        assert_eq!(
+            store.apply(&o, &panicked, command).await.unwrap(),
+            Reply::Refused(Refusal::AlreadyCompleted)
+        );
+    }
+    for command in [renew(6), release(6), complete(6, b"a", Some(b"x"))] {
+        assert_eq!(
+            store.apply(&o, &panicked, command).await.unwrap(),
+            Reply::Refused(Refusal::NotOwner)
+        );
+    }
+    let Ok(Reply::Read(Some(Record::Completed { result, owner, .. }))) =
+        store.apply(&o, &panicked, Command::Read).await
+    else {
+        panic!("a panicked completion reads back");
+    };
+    assert_eq!(
+        (result, owner),
+        (StoredResult::Panicked, OwnerToken::from_u128(5))
+    );
+    let unchanged: Vec<u8> = server
+        .conn()
+        .await
+        .get(store.layout().record_key(&o, &panicked))
+        .await
+        .unwrap();
+    assert_eq!(unchanged, raw, "byte for byte");
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
 
@@ -172,7 +278,7 @@ async fn release_frees_the_key_and_a_late_complete_is_recorded() {
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::Replay { body: None }
+        replay(StoredResult::NotStored)
     );
 }
 
@@ -333,9 +439,7 @@ async fn a_server_out_of_memory_still_replays() {
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::Replay {
-            body: Some(Body::new(b"ch_1".to_vec()))
-        }
+        replay(value(b"ch_1"))
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"b")).await.unwrap(),
@@ -535,9 +639,7 @@ async fn keys_and_operations_at_their_limits() {
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::Replay {
-            body: Some(Body::new(body))
-        }
+        replay(value(&body))
     );
     let expected = format!("{{tenant-7}}:{o}:{k}");
     assert_eq!(expected.len(), 11 + 100 + 1 + 255);

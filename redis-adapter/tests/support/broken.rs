@@ -29,3 +29,27 @@ impl Store for ResultCache {
         self.0.apply(operation, key, command).await
     }
 }
+
+/// The old handling of a corrupt record: as if the store could not be reached. A value that
+/// is not a record then counts as unavailability, which the attempt retries and, under the
+/// default fail-open policy, answers by running the action unprotected.
+#[derive(Debug)]
+pub struct CorruptAsUnavailable(pub RedisStore);
+
+impl Store for CorruptAsUnavailable {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        let kind = command.kind();
+        match self.0.apply(operation, key, command).await {
+            Err(StoreError::Corrupt { detail, .. }) => Err(StoreError::Unavailable {
+                command: kind,
+                source: detail.into(),
+            }),
+            other => other,
+        }
+    }
+}

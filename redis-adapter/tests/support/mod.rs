@@ -9,6 +9,7 @@
 
 pub mod attempt;
 pub mod broken;
+pub mod card;
 pub mod differential;
 pub mod proxy;
 pub mod scenarios;
