@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation};
 use idem_core::{Body, Execution, Fingerprint, Outcome, Protection, Recording, Timestamp};
-use idem_tests::{AttemptId, Event, EventKind, History, Invariant, check_run};
+use idem_tests::{Answer, AttemptId, Delivery, Event, EventKind, History, Invariant, check_run};
 
 const A: AttemptId = AttemptId {
     caller: 0,
@@ -106,9 +106,9 @@ impl Story {
             EventKind::Store {
                 command,
                 before,
-                reply: Some(reply),
+                answer: Answer::Reply(reply),
                 after,
-                delivered: true,
+                delivery: Delivery::Normal,
             },
         )
     }
@@ -234,11 +234,11 @@ fn i4_a_replay_to_another_request() {
         kind: EventKind::Store {
             command: reserve(B),
             before: completed(A, "a"),
-            reply: Some(Reply::Replay {
+            answer: Answer::Reply(Reply::Replay {
                 result: idem_core::StoredResult::Value(Body::new("a")),
             }),
             after: completed(A, "a"),
-            delivered: true,
+            delivery: Delivery::Normal,
         },
     });
     story.breaks(Invariant::I4);

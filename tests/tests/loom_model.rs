@@ -9,7 +9,7 @@
 //! caller, whose two attempts double the steps, at bound 2. Together about 230,000 schedules,
 //! under a minute on two cores.
 
-use idem_core::{InFlightPolicy, Options, Outcome, StoreFailurePolicy};
+use idem_core::{CommandKind, InFlightPolicy, Options, Outcome, StoreFailurePolicy};
 use idem_tests::caller::{Action, CallerPlan, Fault, FaultKind};
 use idem_tests::scenario::{LEASE_MS, model_options};
 use idem_tests::{Exploration, History, Scenario, Variant, loom_explore};
@@ -25,7 +25,7 @@ fn store_unreachable() -> Vec<Fault> {
     (0..2)
         .map(|nth| Fault {
             attempt: 0,
-            command: "reserve",
+            command: CommandKind::Reserve,
             nth,
             kind: FaultKind::Unreachable,
         })
@@ -40,6 +40,7 @@ fn one_key(callers: Vec<CallerPlan>) -> Scenario {
     Scenario {
         variant: Variant::Correct,
         keys: 1,
+        corrupt_keys: Vec::new(),
         callers,
         clock_ticks: vec![LEASE_MS],
     }
@@ -159,13 +160,13 @@ fn loom_two_callers_lost_replies() {
     unlucky.faults = vec![
         Fault {
             attempt: 0,
-            command: "reserve",
+            command: CommandKind::Reserve,
             nth: 0,
             kind: FaultKind::ReplyLost,
         },
         Fault {
             attempt: 0,
-            command: "complete",
+            command: CommandKind::Complete,
             nth: 0,
             kind: FaultKind::ReplyLost,
         },
@@ -194,7 +195,7 @@ fn loom_two_callers_lost_reserve_reply_slow_action() {
     unlucky.action_wakeups = 2;
     unlucky.faults = vec![Fault {
         attempt: 0,
-        command: "reserve",
+        command: CommandKind::Reserve,
         nth: 0,
         kind: FaultKind::ReplyLost,
     }];
@@ -231,7 +232,7 @@ fn loom_two_callers_fail_closed() {
         &one_key(vec![cut_off, caller()]),
         3,
         None,
-        &["store_unavailable", "executed"],
+        &["store_unavailable", "executed", "abandoned"],
     );
 }
 
