@@ -148,3 +148,18 @@ fn shuttle_finds_skewed_clock_expiry() {
         ],
     );
 }
+
+#[test]
+fn shuttle_finds_release_on_abandon() {
+    finds(Variant::ReleaseOnAbandon, &[Invariant::I7]);
+}
+
+#[test]
+fn shuttle_finds_panic_releases() {
+    finds(Variant::PanicReleases, &[Invariant::Panic]);
+}
+
+#[test]
+fn shuttle_finds_corrupt_fails_open() {
+    finds(Variant::CorruptFailsOpen, &[Invariant::Corrupt]);
+}
