@@ -1,21 +1,24 @@
 //! One client: it drives the real `idem_core::Attempt` exactly as a driver does (poll, send
-//! the command, feed the reply or the failure, run the action, feed its result, sleep until
-//! the machine's wake-up), and retries with a fresh attempt after a client-visible failure.
+//! the command, feed the reply, the failure or the corrupt answer, give a hung command up at
+//! the attempt's own reply deadline, run the action, feed its result or its panic, abandon
+//! the attempt when the caller goes away and pump its settlement, sleep until the machine's
+//! wake-up), and retries with a fresh attempt after a client-visible failure.
 //!
 //! Time: the run has one logical clock, the store's. A caller's own clock is the store's
 //! plus its skew; when the machine asks to sleep until an instant of the caller's clock, the
 //! caller moves the shared clock forward to it (a sleeping caller is where time passes), and
 //! the model checker decides who else runs first, so a lease can run out anywhere.
 
-use idem_core::record::Reply;
+use idem_core::record::{CommandKind, Reply};
 use idem_core::{
-    ActionResult, Attempt, Body, Execution, Fingerprint, Key, LeaseState, Operation, Options,
-    Outcome, Protection, Recording, Step, Timestamp,
+    Abandonment, ActionResult, Attempt, Body, Command, Execution, Fingerprint, Key, LeaseState,
+    Operation, Options, Outcome, Protection, Recording, Step, Timestamp,
 };
 
 use crate::history::{AttemptId, EventKind};
 use crate::platform::Platform;
-use crate::world::Delivery;
+use crate::variant::Variant;
+use crate::world::{Answer, Delivery, World};
 
 /// How far every caller's clock is ahead of the store's before its skew: callers count
 /// from an epoch of their own, and skews stay well inside it, so no clock saturates.
@@ -24,7 +27,8 @@ pub const CALLER_EPOCH_MS: u64 = 10_000;
 /// The most polls one attempt may take before the run calls it stuck.
 pub const MAX_STEPS: usize = 400;
 
-/// What a caller's action does when it runs.
+/// What happens in one attempt of a caller once it has the key (or, for
+/// [`Action::AbandonMidReserve`], before).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     /// Charges the card and succeeds with the provider's answer.
@@ -33,25 +37,49 @@ pub enum Action {
     Fail,
     /// Charges the card, then the caller crashes: it never completes or releases (`I6`).
     Crash,
+    /// Charges the card, then panics: the driver feeds `ActionResult::Panicked`, and the key
+    /// is completed as "outcome unknown" (rule 11).
+    PanicAfterCharge,
+    /// Panics before charging: no effect, but the driver cannot tell, so it is fed as
+    /// `ActionResult::Panicked` all the same.
+    PanicBeforeCharge,
+    /// Charges the card; then, when the action would have ended, the caller goes away
+    /// (attached mode): the driver abandons the attempt and pumps its settlement, which
+    /// leaves the key to its lease. The client then retries.
+    AbandonAfterCharge,
+    /// As [`Action::AbandonAfterCharge`], but the action is dropped before it charged.
+    AbandonBeforeCharge,
+    /// The caller goes away while its first reserve is out: the reserve reaches the store
+    /// as the faults say, its reply is dropped, and the driver abandons the attempt and
+    /// pumps its settlement (a release). The action never runs. The client then retries.
+    AbandonMidReserve,
 }
 
 /// How a store command fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {
-    /// The command is applied but its reply is lost (a client timeout).
+    /// The command is applied but its reply is lost: the caller sees a store error at once
+    /// and feeds it to `handle_store_error`.
     ReplyLost,
     /// The store cannot be reached; nothing is applied.
     Unreachable,
+    /// The store never answers: the caller waits until the command's `reply_by` and the
+    /// attempt gives the command up itself. When `applied`, the command lands at the moment
+    /// the caller stops waiting.
+    Hung {
+        /// Whether the command is applied.
+        applied: bool,
+    },
 }
 
-/// One injected store failure: the `nth` (from zero) command named `command` of attempt
+/// One injected store failure: the `nth` (from zero) command of kind `command` of attempt
 /// `attempt` fails as `kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fault {
     /// The caller's attempt number.
     pub attempt: u32,
-    /// The command's name (`Command::name`): "reserve", "renew", "complete", "release".
-    pub command: &'static str,
+    /// Which command.
+    pub command: CommandKind,
     /// Which send of that command, from zero.
     pub nth: u32,
     /// How it fails.
@@ -77,7 +105,7 @@ pub struct CallerPlan {
     /// Injected store failures.
     pub faults: Vec<Fault>,
     /// How many attempts the client makes: it retries after `InProgress`, a failed action,
-    /// or an unreachable store.
+    /// an unreachable store, or a call it went away from.
     pub attempts: u32,
 }
 
@@ -110,7 +138,7 @@ impl CallerPlan {
             .unwrap_or(Action::Succeed)
     }
 
-    fn delivery(&self, attempt: u32, command: &str, nth: u32) -> Delivery {
+    fn delivery(&self, attempt: u32, command: CommandKind, nth: u32) -> Delivery {
         let fault = self
             .faults
             .iter()
@@ -119,6 +147,7 @@ impl CallerPlan {
             None => Delivery::Normal,
             Some(FaultKind::ReplyLost) => Delivery::ReplyLost,
             Some(FaultKind::Unreachable) => Delivery::Unreachable,
+            Some(FaultKind::Hung { applied }) => Delivery::Hung { applied },
         }
     }
 
@@ -154,14 +183,28 @@ enum Next {
     Stop,
 }
 
-/// Runs one caller to its end: its attempts, one after another.
-pub fn run_caller<P: Platform>(shared: &Shared<P>, caller: usize, plan: &CallerPlan, naive: bool) {
+/// Runs one caller to its end: its attempts, one after another, as `variant`'s driver.
+pub fn run_caller<P: Platform>(
+    shared: &Shared<P>,
+    caller: usize,
+    plan: &CallerPlan,
+    variant: Variant,
+) {
     for attempt in 0..plan.attempts.max(1) {
         let who = AttemptId { caller, attempt };
-        let next = if naive {
+        let next = if variant.naive_callers() {
             run_naive(shared, who, plan)
         } else {
-            run_attempt(shared, who, plan)
+            Driver {
+                shared,
+                who,
+                plan,
+                variant,
+                store_time: P::now(&shared.clock),
+                believed: None,
+                notes: Vec::new(),
+            }
+            .run()
         };
         if matches!(next, Next::Stop) {
             return;
@@ -175,166 +218,332 @@ fn key_and_operation(plan: &CallerPlan) -> Option<(Operation, Key)> {
     Some((operation, key))
 }
 
-/// An action that has started and not yet been fed back.
-struct Running {
-    wakeups_left: u32,
-    result: ActionResult,
+/// How a running action ends once its wake-ups are spent.
+enum End {
+    /// It returns this result.
+    Result(ActionResult),
+    /// Its caller goes away first: the driver abandons the attempt.
+    Abandon,
 }
 
-fn run_attempt<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan) -> Next {
-    let key = plan.key;
-    let fingerprint = plan.fingerprint();
-    let note = |at: u64, kind: EventKind| {
-        P::with(&shared.world, |w| w.note(who, key, fingerprint, at, kind));
-    };
-    let mut store_time = P::now(&shared.clock);
-    let Some((operation, idem_key)) = key_and_operation(plan) else {
-        note(
-            store_time,
-            EventKind::Protocol("invalid key or operation".into()),
+/// An action that has started and not yet ended.
+struct Running {
+    wakeups_left: u32,
+    end: End,
+}
+
+/// A command the store does not answer: the caller waits for the attempt to give it up.
+struct Hung {
+    command: Command,
+    applied: bool,
+    reply_by: Timestamp,
+}
+
+/// One attempt's driver: what `idem`'s driver does with an `Attempt`, with the world as
+/// its store and its action.
+struct Driver<'a, P: Platform> {
+    shared: &'a Shared<P>,
+    who: AttemptId,
+    plan: &'a CallerPlan,
+    variant: Variant,
+    /// The store's clock as this caller last saw it.
+    store_time: u64,
+    /// The latest store time at which the machine said its lease was held, not yet written
+    /// down: it goes into the history with the caller's next locked step, so checking it
+    /// adds no step of its own to the schedules.
+    believed: Option<u64>,
+    /// Events of this caller's own (an abandonment) not yet written down, likewise.
+    notes: Vec<EventKind>,
+}
+
+impl<P: Platform> Driver<'_, P> {
+    fn caller_now(&self, store: u64) -> Timestamp {
+        Timestamp::from_millis(self.plan.caller_clock(store))
+    }
+
+    /// One step under the checker's lock, with the store's clock read inside it: first the
+    /// notes held back, then `f`, given the store time of the step.
+    fn locked<R>(&mut self, f: impl FnOnce(&mut World, u64) -> R) -> R {
+        let (who, key, fingerprint) = (self.who, self.plan.key, self.plan.fingerprint());
+        let held_at = self.believed.take();
+        let notes = std::mem::take(&mut self.notes);
+        let clock = &self.shared.clock;
+        let (result, at) = P::with(&self.shared.world, |w| {
+            if let Some(held_at) = held_at {
+                // Stamped with the time it speaks of: reading the clock here would add a step.
+                w.note(
+                    who,
+                    key,
+                    fingerprint,
+                    held_at,
+                    EventKind::BelievedHeld { held_at },
+                );
+            }
+            let at = P::now(clock);
+            for kind in notes {
+                w.note(who, key, fingerprint, at, kind);
+            }
+            (f(w, at), at)
+        });
+        self.store_time = at;
+        result
+    }
+
+    fn note(&mut self, kind: EventKind) {
+        let (who, key, fingerprint) = (self.who, self.plan.key, self.plan.fingerprint());
+        self.locked(|w, at| w.note(who, key, fingerprint, at, kind));
+    }
+
+    /// Sends `command` to the world's store at the store's clock, as `delivery` says.
+    fn store(&mut self, command: Command, delivery: Delivery) -> Answer {
+        let (who, key, fingerprint, skew) = (
+            self.who,
+            self.plan.key,
+            self.plan.fingerprint(),
+            self.plan.skew_ms,
         );
-        return Next::Stop;
-    };
-    let caller_now = |store: u64| Timestamp::from_millis(plan.caller_clock(store));
-    let mut attempt = Attempt::new(
-        operation,
-        idem_key,
-        fingerprint,
-        who.owner(),
-        u64::from(who.attempt) << 16 | who.caller as u64,
-        plan.options.clone(),
-        caller_now(store_time),
-    );
-    let mut sent: Vec<(&'static str, u32)> = Vec::new();
-    let mut running: Option<Running> = None;
-    // The latest store time at which the machine said its lease was held, not yet written
-    // down: it goes into the history with the caller's next locked step, so checking it
-    // adds no step of its own to the schedules.
-    let mut believed: Option<u64> = None;
-    let belief = |w: &mut crate::world::World, held_at: Option<u64>| {
-        if let Some(held_at) = held_at {
-            // Stamped with the time it speaks of: reading the clock here would add a step.
-            let kind = EventKind::BelievedHeld { held_at };
-            w.note(who, key, fingerprint, held_at, kind);
-        }
-    };
-    for _ in 0..MAX_STEPS {
-        if let Some(action) = running.take_if(|r| r.wakeups_left == 0)
-            && let Err(error) = attempt.handle_action_result(action.result, caller_now(store_time))
-        {
-            note(store_time, EventKind::Protocol(error.to_string()));
+        self.locked(|w, at| w.store(who, key, fingerprint, command, at, skew, delivery))
+    }
+
+    /// The caller goes away: the driver abandons the attempt, and from then on pumps only
+    /// its settlement.
+    fn abandon(&mut self, attempt: &mut Attempt) {
+        attempt.abandon(self.caller_now(self.store_time));
+        self.notes.push(EventKind::Abandoned);
+    }
+
+    /// Feeds the answer to a command that came back (at once: answered, lost or
+    /// unreachable) as the driver does.
+    fn feed(
+        &self,
+        attempt: &mut Attempt,
+        delivery: Delivery,
+        answer: Answer,
+    ) -> Result<(), String> {
+        let now = self.caller_now(self.store_time);
+        let fed = match (delivery, answer) {
+            (Delivery::Normal, Answer::Reply(reply)) => attempt.handle_reply(reply, now),
+            (Delivery::Normal, Answer::Corrupt) if !self.variant.corrupt_as_store_error() => {
+                attempt.handle_corrupt_record(now)
+            }
+            _ => attempt.handle_store_error(now),
+        };
+        fed.map_err(|error| error.to_string())
+    }
+
+    fn run(mut self) -> Next {
+        let Some((operation, idem_key)) = key_and_operation(self.plan) else {
+            self.note(EventKind::Protocol("invalid key or operation".into()));
             return Next::Stop;
-        }
-        let step = attempt.poll(caller_now(store_time));
-        if attempt.lease(caller_now(store_time)) == LeaseState::Held {
-            believed = Some(store_time);
-        }
-        match step {
-            Step::Send { command, .. } => {
-                let name = command.name();
-                // How many of this command were sent before this one.
-                let nth = match sent.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, count)) => {
-                        *count += 1;
-                        *count - 1
+        };
+        let action = self.plan.action(self.who.attempt);
+        let mut attempt = Attempt::new(
+            operation,
+            idem_key,
+            self.plan.fingerprint(),
+            self.who.owner(),
+            u64::from(self.who.attempt) << 16 | self.who.caller as u64,
+            self.plan.options.clone(),
+            self.caller_now(self.store_time),
+        );
+        let mut sent: Vec<(CommandKind, u32)> = Vec::new();
+        let mut running: Option<Running> = None;
+        let mut hung: Option<Hung> = None;
+        for _ in 0..MAX_STEPS {
+            if let Some(ended) = running.take_if(|r| r.wakeups_left == 0) {
+                let now = self.caller_now(self.store_time);
+                match ended.end {
+                    End::Result(result) => {
+                        let result = match result {
+                            ActionResult::Panicked if self.variant.panic_as_failure() => {
+                                ActionResult::Failed
+                            }
+                            other => other,
+                        };
+                        if let Err(error) = attempt.handle_action_result(result, now) {
+                            self.note(EventKind::Protocol(error.to_string()));
+                            return Next::Stop;
+                        }
                     }
-                    None => {
-                        sent.push((name, 1));
-                        0
+                    End::Abandon => {
+                        self.abandon(&mut attempt);
+                        // A command left hanging is dropped with the call: it lands now or
+                        // never.
+                        if let Some(Hung {
+                            command, applied, ..
+                        }) = hung.take()
+                        {
+                            self.store(command, Delivery::Hung { applied });
+                        }
+                        if self.variant.releases_on_abandon()
+                            && attempt.outcome()
+                                == Some(&Outcome::Abandoned(Abandonment::ActionDropped))
+                        {
+                            let release = Command::Release {
+                                owner: self.who.owner(),
+                            };
+                            self.store(release, Delivery::Normal);
+                        }
                     }
-                };
-                let delivery = plan.delivery(who.attempt, name, nth);
-                let held_at = believed.take();
-                let (reply, at) = P::with(&shared.world, |w| {
-                    belief(w, held_at);
-                    let at = P::now(&shared.clock);
-                    let reply = w.store(who, key, fingerprint, command, at, plan.skew_ms, delivery);
-                    (reply, at)
-                });
-                store_time = at;
-                let fed = match (delivery, reply) {
-                    (Delivery::Normal, Some(reply)) => attempt.handle_reply(reply, caller_now(at)),
-                    _ => attempt.handle_store_error(caller_now(at)),
-                };
-                if let Err(error) = fed {
-                    note(store_time, EventKind::Protocol(error.to_string()));
-                    return Next::Stop;
                 }
             }
-            Step::Run => {
-                let action = plan.action(who.attempt);
-                let held_at = believed.take();
-                let (result, at) = P::with(&shared.world, |w| {
-                    belief(w, held_at);
-                    let at = P::now(&shared.clock);
-                    let result = match action {
-                        Action::Succeed | Action::Crash => {
-                            ActionResult::Succeeded(Body::new(w.charge(who, key, fingerprint, at)))
+            let now = self.caller_now(self.store_time);
+            let step = attempt.poll(now);
+            if attempt.lease(now) == LeaseState::Held {
+                self.believed = Some(self.store_time);
+            }
+            // While a command is out, the machine only ever asks to wait; anything else (or
+            // no command awaited any more) means it gave the hung command up.
+            let given_up = !attempt.awaiting_reply() || !matches!(step, Step::Wait { .. });
+            if let Some(Hung {
+                command, applied, ..
+            }) = hung.take_if(|_| given_up)
+            {
+                // The attempt gave the command up at its reply deadline: the store gets it
+                // now, or never.
+                self.store(command, Delivery::Hung { applied });
+            } else if hung.as_ref().is_some_and(|h| now >= h.reply_by) {
+                self.note(EventKind::Protocol(
+                    "the attempt still awaits a reply past its own reply deadline".into(),
+                ));
+                return Next::Stop;
+            }
+            match step {
+                Step::Send { command, reply_by } => {
+                    let kind = command.kind();
+                    // How many of this command were sent before this one.
+                    let nth = match sent.iter_mut().find(|(k, _)| *k == kind) {
+                        Some((_, count)) => {
+                            *count += 1;
+                            *count - 1
                         }
-                        Action::Fail => {
-                            w.note(who, key, fingerprint, at, EventKind::Declined);
-                            ActionResult::Failed
+                        None => {
+                            sent.push((kind, 1));
+                            0
                         }
                     };
-                    if action == Action::Crash {
-                        w.note(who, key, fingerprint, at, EventKind::Crashed);
+                    let delivery = self.plan.delivery(self.who.attempt, kind, nth);
+                    let goes_away = action == Action::AbandonMidReserve
+                        && kind == CommandKind::Reserve
+                        && nth == 0
+                        && !attempt.is_abandoned();
+                    if let (Delivery::Hung { applied }, false) = (delivery, goes_away) {
+                        hung = Some(Hung {
+                            command,
+                            applied,
+                            reply_by,
+                        });
+                        continue;
                     }
-                    (result, at)
-                });
-                if action == Action::Crash {
+                    let answer = self.store(command, delivery);
+                    if goes_away {
+                        // The reply (if any) is dropped with the call.
+                        self.abandon(&mut attempt);
+                        continue;
+                    }
+                    if let Err(error) = self.feed(&mut attempt, delivery, answer) {
+                        self.note(EventKind::Protocol(error));
+                        return Next::Stop;
+                    }
+                }
+                Step::Run if attempt.is_abandoned() => {
+                    self.note(EventKind::Protocol(
+                        "an abandoned attempt handed out Run".into(),
+                    ));
                     return Next::Stop;
                 }
-                store_time = at;
-                running = Some(Running {
-                    wakeups_left: plan.action_wakeups,
-                    result,
-                });
-            }
-            Step::Wait { until: Some(until) } => {
-                store_time = P::advance_to(&shared.clock, plan.store_clock(until.as_millis()));
-                if let Some(action) = running.as_mut() {
-                    action.wakeups_left = action.wakeups_left.saturating_sub(1);
+                Step::Run => {
+                    let (who, key, fingerprint) =
+                        (self.who, self.plan.key, self.plan.fingerprint());
+                    let end = self.locked(|w, at| {
+                        let charge = |w: &mut World| Body::new(w.charge(who, key, fingerprint, at));
+                        let note = |w: &mut World, kind| w.note(who, key, fingerprint, at, kind);
+                        match action {
+                            Action::Succeed | Action::AbandonMidReserve => {
+                                Some(End::Result(ActionResult::Succeeded(charge(w))))
+                            }
+                            Action::Fail => {
+                                note(w, EventKind::Declined);
+                                Some(End::Result(ActionResult::Failed))
+                            }
+                            Action::Crash => {
+                                charge(w);
+                                note(w, EventKind::Crashed);
+                                None
+                            }
+                            Action::PanicAfterCharge => {
+                                charge(w);
+                                note(w, EventKind::Panicked);
+                                Some(End::Result(ActionResult::Panicked))
+                            }
+                            Action::PanicBeforeCharge => {
+                                note(w, EventKind::Panicked);
+                                Some(End::Result(ActionResult::Panicked))
+                            }
+                            Action::AbandonAfterCharge => {
+                                charge(w);
+                                Some(End::Abandon)
+                            }
+                            Action::AbandonBeforeCharge => Some(End::Abandon),
+                        }
+                    });
+                    // A crashed caller never completes or releases.
+                    let Some(end) = end else {
+                        return Next::Stop;
+                    };
+                    running = Some(Running {
+                        wakeups_left: self.plan.action_wakeups,
+                        end,
+                    });
                 }
-            }
-            Step::Wait { until: None } => match running.as_mut() {
-                // Nothing to renew (the lease is lost, or the action runs unprotected): the
-                // action simply finishes.
-                Some(action) => action.wakeups_left = 0,
-                None => {
-                    note(
-                        store_time,
-                        EventKind::Stuck("the machine waits for nothing".into()),
-                    );
-                    return Next::Stop;
+                Step::Wait { until: Some(until) } => {
+                    self.store_time =
+                        P::advance_to(&self.shared.clock, self.plan.store_clock(until.as_millis()));
+                    if let Some(action) = running.as_mut() {
+                        action.wakeups_left = action.wakeups_left.saturating_sub(1);
+                    }
                 }
-            },
-            Step::Done(outcome) => {
-                let next = match outcome {
-                    Outcome::InProgress
-                    | Outcome::ActionFailed { .. }
-                    | Outcome::StoreUnavailable => Next::Retry,
-                    _ => Next::Stop,
-                };
-                let held_at = believed.take();
-                P::with(&shared.world, |w| {
-                    belief(w, held_at);
-                    let at = P::now(&shared.clock);
-                    w.finish(who, key, fingerprint, at, outcome);
-                });
-                return next;
+                Step::Wait { until: None } => match running.as_mut() {
+                    // Nothing to renew (the lease is lost, or the action runs unprotected):
+                    // the action simply finishes.
+                    Some(action) => action.wakeups_left = 0,
+                    None => {
+                        self.note(EventKind::Stuck("the machine waits for nothing".into()));
+                        return Next::Stop;
+                    }
+                },
+                Step::Done(outcome) if attempt.is_abandoned() => {
+                    // Nobody waits for a settlement's outcome; the client tries again.
+                    self.note(EventKind::Settled(outcome));
+                    return Next::Retry;
+                }
+                Step::Done(Outcome::StoreUnavailable) => {
+                    // As the driver does after a fail-closed refusal: answer the caller,
+                    // then settle what the failed reserves may have left, then retry.
+                    self.note(EventKind::Finished(Outcome::StoreUnavailable));
+                    self.abandon(&mut attempt);
+                }
+                Step::Done(outcome) => {
+                    let next = match outcome {
+                        Outcome::InProgress | Outcome::ActionFailed { .. } => Next::Retry,
+                        _ => Next::Stop,
+                    };
+                    self.note(EventKind::Finished(outcome));
+                    return next;
+                }
             }
         }
+        self.note(EventKind::Stuck(format!(
+            "no outcome after {MAX_STEPS} polls"
+        )));
+        Next::Stop
     }
-    note(
-        store_time,
-        EventKind::Stuck(format!("no outcome after {MAX_STEPS} polls")),
-    );
-    Next::Stop
 }
 
 /// The naive protocol of a result cache: read the key; if a result is there, return it;
 /// otherwise run the action and store its result. No reservation is ever held while the
-/// action runs, which is the whole bug.
+/// action runs, which is the whole bug. (A value it cannot read is an error to it, so it
+/// answers a corrupt key without running anything.)
 fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan) -> Next {
     let key = plan.key;
     let fingerprint = plan.fingerprint();
@@ -342,17 +551,18 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
     let options = &plan.options;
     let found = P::with(&shared.world, |w| {
         let at = P::now(&shared.clock);
-        let reply = w.store(
+        let answer = w.store(
             who,
             key,
             fingerprint,
-            idem_core::Command::Read,
+            Command::Read,
             at,
             plan.skew_ms,
             Delivery::Normal,
         );
-        match reply {
-            Some(Reply::Read(Some(idem_core::Record::Completed {
+        match answer {
+            Answer::Corrupt => Some(Outcome::CorruptRecord),
+            Answer::Reply(Reply::Read(Some(idem_core::Record::Completed {
                 fingerprint: stored,
                 result,
                 ..
@@ -374,12 +584,12 @@ fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan)
             None => {
                 let body = Body::new(w.charge(who, key, fingerprint, at));
                 // Store the result: put it under the key, in one step.
-                let reserve = idem_core::Command::Reserve {
+                let reserve = Command::Reserve {
                     owner,
                     fingerprint,
                     lease: options.lease(),
                 };
-                let complete = idem_core::Command::Complete {
+                let complete = Command::Complete {
                     owner,
                     fingerprint,
                     result: idem_core::StoredResult::Value(body),

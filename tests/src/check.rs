@@ -6,16 +6,23 @@
 //! the effect count (`I7`) and the answers (`I8`) are judged on the whole run. An extra
 //! effect on a key is allowed only when its attempt says why: it reported `lease_lost`, ran
 //! `FailedOpen`, could not tell whether its result was recorded (`Recording::Unknown`), or
-//! crashed (a holder paused forever). And an attempt that says its lease held must really
-//! have held it (the honesty half of `I7`).
+//! went away mid-action (it crashed, or its caller left and the driver abandoned it) and
+//! the next holder got the key only once its lease had ended on the store's clock. An
+//! attempt that says its lease held must really have held it (the honesty half of `I7`).
+//!
+//! The abnormal ends have rules of their own (rule 11): a panicked action's key is completed
+//! as `Panicked`, never released by its owner, and replayed as "outcome unknown"; an
+//! attempt told that its key holds a corrupt value runs nothing after it and ends
+//! `CorruptRecord`; and every attempt ends, an abandoned one when its settlement does.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use idem_core::record::{Command, Completion, Record, Reply};
-use idem_core::{Outcome, Protection, Recording, Timestamp};
+use idem_core::record::{Command, Completion, Record, Reply, StoredResult};
+use idem_core::{Abandonment, Outcome, Protection, Recording, Timestamp};
 
 use crate::history::{AttemptId, Event, EventKind, History, ShortRecord};
+use crate::world::{Answer, Delivery};
 
 /// A rule of MODEL.md (or of the harness itself) that a run can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,7 +56,16 @@ pub enum Invariant {
     /// holds that attempt's live reservation (MODEL.md, the attempt machine, step 2): a
     /// driver that tells its action "you still hold the key" must be telling the truth.
     LeaseView,
-    /// Every caller that did not crash gets an outcome.
+    /// A panicked action's key is completed as `StoredResult::Panicked` (the attempt ends
+    /// `Outcome::Panicked`), never released by its owner, and every replay of it says
+    /// "outcome unknown" (rule 11).
+    Panic,
+    /// An attempt told that its key holds a corrupt value runs nothing after that, and ends
+    /// `CorruptRecord` (or records nothing: `Recording::CorruptRecord`), without retrying
+    /// or failing open (rule 11).
+    Corrupt,
+    /// Every attempt that did not crash gets an outcome; an abandoned one settles, and its
+    /// settlement ends `Abandoned`.
     Liveness,
     /// The driver never feeds the machine an input it refuses.
     Driver,
@@ -125,7 +141,7 @@ pub fn check_run(history: &History) -> Result<(), Counterexample> {
             EventKind::Store {
                 command,
                 before,
-                reply: Some(reply),
+                answer: Answer::Reply(reply),
                 after,
                 ..
             } => store_step(
@@ -159,6 +175,9 @@ pub fn check_run(history: &History) -> Result<(), Counterexample> {
     effect_count(history, &mut found);
     lease_honesty(history, &mut found);
     answers(history, &mut found);
+    panics(history, &mut found);
+    corrupt_answers(history, &mut found);
+    liveness(history, &mut found);
     if found.is_empty() {
         Ok(())
     } else {
@@ -320,7 +339,7 @@ fn store_step(
     }) = step.after
         && changed
     {
-        recorded_result(history, index, *by, result.value(), &mut violate);
+        recorded_result(history, index, *by, result, &mut violate);
     }
 }
 
@@ -359,12 +378,13 @@ fn lease_view(
 }
 
 /// `I5` and `I8` for a record that just became `Completed`: it must hold the charge of a
-/// succeeded action of its owner.
+/// succeeded action of its owner; and the `Panic` rule: "outcome unknown" is recorded for
+/// an action that panicked, and only for one.
 fn recorded_result(
     history: &History,
     index: usize,
     by: idem_core::OwnerToken,
-    body: Option<&idem_core::Body>,
+    result: &StoredResult,
     violate: &mut impl FnMut(Invariant, String),
 ) {
     let Some(writer) = AttemptId::of_owner(by) else {
@@ -374,6 +394,28 @@ fn recorded_result(
         );
         return;
     };
+    let panicked = history.panicked(writer);
+    match (result, panicked) {
+        (StoredResult::Panicked, true) => return,
+        (StoredResult::Panicked, false) => {
+            violate(
+                Invariant::Panic,
+                format!(
+                    "\"outcome unknown\" was recorded for {writer}, whose action did not panic"
+                ),
+            );
+            return;
+        }
+        (_, true) => {
+            violate(
+                Invariant::Panic,
+                format!("{writer}'s action panicked, but its record holds {result:?}"),
+            );
+            return;
+        }
+        (_, false) => {}
+    }
+    let body = result.value();
     let earlier = history.events.get(..index).unwrap_or_default();
     let charged = earlier.iter().find_map(|e| match &e.kind {
         EventKind::Charged { body } if e.who == writer => Some(body),
@@ -421,13 +463,13 @@ fn attempts(history: &History) -> Vec<(AttemptId, usize)> {
     seen
 }
 
-/// Whether an attempt's outcome (or its crash) accounts for an extra effect (`I7`).
+/// Whether an attempt's outcome (or its going away) accounts for an extra effect (`I7`).
 fn excused(history: &History, who: AttemptId) -> bool {
-    if history.crashed(who) {
-        return true;
+    if went_away_mid_action(history, who) {
+        return left_to_its_lease(history, who).is_ok();
     }
     match history.outcome(who) {
-        Some(Outcome::Executed(execution)) => {
+        Some(Outcome::Executed(execution) | Outcome::Panicked(execution)) => {
             execution.lease_lost
                 || execution.protection == Protection::FailedOpen
                 || execution.record == Recording::Unknown
@@ -435,6 +477,75 @@ fn excused(history: &History, who: AttemptId) -> bool {
         // Charged but never finished: reported as a liveness violation already.
         None => true,
         Some(_) => false,
+    }
+}
+
+/// Whether the attempt went away while its action ran: it crashed, or its caller left and
+/// the driver abandoned it with the action dropped mid-run.
+fn went_away_mid_action(history: &History, who: AttemptId) -> bool {
+    history.crashed(who)
+        || history.settlement(who) == Some(&Outcome::Abandoned(Abandonment::ActionDropped))
+}
+
+/// For an attempt that went away mid-action: `Ok` when its key was left to its lease, so
+/// that nobody else was granted the key, after the reservation its action ran under, before
+/// that lease (as last extended) ended on the store's clock; `Err` says who was. An
+/// action that ran without a reservation (fail-open) had no lease to leave.
+fn left_to_its_lease(history: &History, who: AttemptId) -> Result<(), String> {
+    let owner = who.owner();
+    let Some(started) = history.events.iter().position(|e| {
+        e.who == who && matches!(e.kind, EventKind::Charged { .. } | EventKind::Panicked)
+    }) else {
+        return Ok(());
+    };
+    let key = history.events.get(started).map_or(0, |e| e.key);
+    let store_steps = || {
+        history
+            .events
+            .iter()
+            .enumerate()
+            .filter(move |(_, e)| e.key == key)
+            .filter_map(|(index, e)| match &e.kind {
+                EventKind::Store {
+                    answer: Answer::Reply(reply),
+                    after,
+                    ..
+                } => Some((index, e, reply, after)),
+                _ => None,
+            })
+    };
+    let Some(granted) = store_steps()
+        .filter(|(index, e, reply, _)| {
+            *index < started
+                && e.who == who
+                && matches!(reply, Reply::Reserved(r) if r.owner == owner)
+        })
+        .map(|(index, ..)| index)
+        .max()
+    else {
+        return Ok(());
+    };
+    let lease_end = store_steps()
+        .filter_map(|(_, _, _, after)| match after {
+            Some(Record::Pending {
+                owner: holder,
+                lease_until,
+                ..
+            }) if *holder == owner => Some(lease_until.as_millis()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    match store_steps().find(|(index, e, reply, _)| {
+        *index > granted
+            && e.at < lease_end
+            && matches!(reply, Reply::Reserved(r) if r.owner != owner)
+    }) {
+        Some((index, e, ..)) => Err(format!(
+            "{who} went away mid-action, but {} was granted the key at #{index} (t+{}), before {who}'s lease ended at t+{lease_end}",
+            e.who, e.at
+        )),
+        None => Ok(()),
     }
 }
 
@@ -455,13 +566,21 @@ fn effect_count(history: &History, found: &mut Vec<Violation>) {
         if unexcused.len() > 1 {
             let who: Vec<String> = unexcused
                 .iter()
-                .map(|(index, who)| format!("{who} at #{index}"))
+                .map(|(index, who)| {
+                    let why = went_away_mid_action(history, *who)
+                        .then(|| left_to_its_lease(history, *who).err())
+                        .flatten();
+                    match why {
+                        Some(why) => format!("{who} at #{index} ({why})"),
+                        None => format!("{who} at #{index}"),
+                    }
+                })
                 .collect();
             found.push(Violation {
                 invariant: Invariant::I7,
                 event: unexcused.last().map(|(index, _)| *index),
                 detail: format!(
-                    "key {key} was charged {} times ({} in all) by attempts that report neither a lost lease, fail-open, an unknown recording nor a crash: {}",
+                    "key {key} was charged {} times ({} in all) by attempts that report neither a lost lease, fail-open nor an unknown recording, and did not go away mid-action leaving the key to its lease: {}",
                     unexcused.len(),
                     history.charges(key),
                     who.join(", ")
@@ -477,18 +596,18 @@ fn effect_count(history: &History, found: &mut Vec<Violation>) {
 /// never told it meanwhile that the lease had run out.
 fn lease_honesty(history: &History, found: &mut Vec<Violation>) {
     for (who, key) in attempts(history) {
-        let Some(Outcome::Executed(execution)) = history.outcome(who) else {
+        let Some(Outcome::Executed(execution) | Outcome::Panicked(execution)) =
+            history.outcome(who)
+        else {
             continue;
         };
         if execution.lease_lost || execution.protection != Protection::Reserved {
             continue;
         }
         let owner = who.owner();
-        let Some(charged) = history
-            .events
-            .iter()
-            .position(|e| e.who == who && matches!(e.kind, EventKind::Charged { .. }))
-        else {
+        let Some(charged) = history.events.iter().position(|e| {
+            e.who == who && matches!(e.kind, EventKind::Charged { .. } | EventKind::Panicked)
+        }) else {
             continue;
         };
         let store_events: Vec<_> = history
@@ -498,7 +617,7 @@ fn lease_honesty(history: &History, found: &mut Vec<Violation>) {
             .filter_map(|(index, e)| match &e.kind {
                 EventKind::Store {
                     command,
-                    reply: Some(reply),
+                    answer: Answer::Reply(reply),
                     before,
                     after,
                     ..
@@ -573,12 +692,12 @@ fn lease_honesty(history: &History, found: &mut Vec<Violation>) {
     }
 }
 
-/// The answers given to one request on one key: (event, attempt, body).
-type Answers = Vec<(usize, AttemptId, Vec<u8>)>;
+/// The answers given to one request on one key: (event, attempt, what it was answered).
+type Answers = Vec<(usize, AttemptId, StoredResult)>;
 
 /// `I8` (and `I4` for bodies): for each key and request, every answer given (replays, and
-/// executions whose effect is the one allowed) is the same body, and every replayed body is
-/// a charge made for that same request.
+/// executions whose effect is the one allowed) is the same result, and every replayed body
+/// is a charge made for that same request.
 fn answers(history: &History, found: &mut Vec<Violation>) {
     let mut groups: Vec<((usize, idem_core::Fingerprint), Answers)> = Vec::new();
     for (index, (event, outcome)) in history
@@ -590,65 +709,273 @@ fn answers(history: &History, found: &mut Vec<Violation>) {
             _ => None,
         })
     {
-        let body = match outcome {
-            Outcome::Replayed {
-                result: idem_core::StoredResult::Value(body),
-            } => {
-                let charge = history.events.iter().find(|e| {
-                    matches!(&e.kind, EventKind::Charged { body: charged }
-                        if e.key == event.key && charged.as_slice() == body.as_bytes())
-                });
-                match charge {
-                    Some(charge) if charge.fingerprint != event.fingerprint => {
-                        found.push(Violation {
-                            invariant: Invariant::I4,
-                            event: Some(index),
-                            detail: format!(
-                                "{} was replayed the result of {}, a request with another fingerprint",
-                                event.who, charge.who
-                            ),
-                        });
-                    }
-                    None => found.push(Violation {
-                        invariant: Invariant::I8,
-                        event: Some(index),
-                        detail: format!(
-                            "{} was replayed a body that no action produced",
-                            event.who
-                        ),
-                    }),
-                    Some(_) => {}
+        let answer = match outcome {
+            Outcome::Replayed { result } => {
+                if let StoredResult::Value(body) = result {
+                    replayed_body(history, index, event, body, found);
                 }
-                body.as_bytes().to_vec()
+                result.clone()
             }
             Outcome::Executed(_) if !excused(history, event.who) => {
                 match history.events.iter().find_map(|e| match &e.kind {
                     EventKind::Charged { body } if e.who == event.who => Some(body.clone()),
                     _ => None,
                 }) {
-                    Some(body) => body,
+                    Some(body) => StoredResult::Value(idem_core::Body::new(body)),
                     None => continue,
                 }
+            }
+            Outcome::Panicked(execution)
+                if execution.record == Recording::Stored && !excused(history, event.who) =>
+            {
+                StoredResult::Panicked
             }
             _ => continue,
         };
         let group = (event.key, event.fingerprint);
         match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, answers)) => answers.push((index, event.who, body)),
-            None => groups.push((group, vec![(index, event.who, body)])),
+            Some((_, answers)) => answers.push((index, event.who, answer)),
+            None => groups.push((group, vec![(index, event.who, answer)])),
         }
     }
     for ((key, _), given) in groups {
         let Some((_, first_who, first)) = given.first() else {
             continue;
         };
-        if let Some((index, who, _)) = given.iter().find(|(_, _, body)| body != first) {
+        if let Some((index, who, _)) = given.iter().find(|(_, _, answer)| answer != first) {
             found.push(Violation {
                 invariant: Invariant::I8,
                 event: Some(*index),
                 detail: format!(
                     "identical requests on key {key} got different answers: {first_who} and {who}"
                 ),
+            });
+        }
+    }
+}
+
+/// A replayed body is a charge made for the replaying request (`I4`, `I8`).
+fn replayed_body(
+    history: &History,
+    index: usize,
+    event: &Event,
+    body: &idem_core::Body,
+    found: &mut Vec<Violation>,
+) {
+    let charge = history.events.iter().find(|e| {
+        matches!(&e.kind, EventKind::Charged { body: charged }
+            if e.key == event.key && charged.as_slice() == body.as_bytes())
+    });
+    match charge {
+        Some(charge) if charge.fingerprint != event.fingerprint => found.push(Violation {
+            invariant: Invariant::I4,
+            event: Some(index),
+            detail: format!(
+                "{} was replayed the result of {}, a request with another fingerprint",
+                event.who, charge.who
+            ),
+        }),
+        None => found.push(Violation {
+            invariant: Invariant::I8,
+            event: Some(index),
+            detail: format!("{} was replayed a body that no action produced", event.who),
+        }),
+        Some(_) => {}
+    }
+}
+
+/// The `Panic` rule: an attempt whose action panicked never sends a release (its effect may
+/// have happened), completes only with "outcome unknown", and ends `Panicked`; a replay of
+/// a panicked action's record says "outcome unknown", and only such a replay does.
+fn panics(history: &History, found: &mut Vec<Violation>) {
+    let mut violate = |event: Option<usize>, detail: String| {
+        found.push(Violation {
+            invariant: Invariant::Panic,
+            event,
+            detail,
+        });
+    };
+    for (who, _) in attempts(history) {
+        if !history.panicked(who) {
+            continue;
+        }
+        for (index, event) in history.events.iter().enumerate() {
+            match &event.kind {
+                EventKind::Store { command, .. } if event.who == who => match command {
+                    Command::Release { .. } => violate(
+                        Some(index),
+                        format!(
+                            "{who}'s action panicked (its effect may have happened), and it sent a release of the key"
+                        ),
+                    ),
+                    Command::Complete { result, .. } if *result != StoredResult::Panicked => {
+                        violate(
+                            Some(index),
+                            format!(
+                                "{who}'s action panicked, and it completed the key with {result:?}"
+                            ),
+                        );
+                    }
+                    _ => {}
+                },
+                EventKind::Finished(outcome)
+                    if event.who == who && !matches!(outcome, Outcome::Panicked(_)) =>
+                {
+                    violate(
+                        Some(index),
+                        format!("{who}'s action panicked, but it ended {outcome:?}"),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    for (index, event) in history.events.iter().enumerate() {
+        let EventKind::Finished(Outcome::Replayed { result }) = &event.kind else {
+            continue;
+        };
+        // The record its reserve was last answered from.
+        let source = history
+            .events
+            .get(..index)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                EventKind::Store {
+                    answer: Answer::Reply(Reply::Replay { .. }),
+                    before: Some(record),
+                    delivery: Delivery::Normal,
+                    ..
+                } if e.who == event.who => Some(record.owner()),
+                _ => None,
+            })
+            .and_then(AttemptId::of_owner);
+        let from_a_panic = source.is_some_and(|writer| history.panicked(writer));
+        let unknown = *result == StoredResult::Panicked;
+        if from_a_panic != unknown {
+            violate(
+                Some(index),
+                match source {
+                    Some(writer) if from_a_panic => format!(
+                        "{} was replayed {result:?} from the record of {writer}, whose action panicked: not \"outcome unknown\"",
+                        event.who
+                    ),
+                    Some(writer) => format!(
+                        "{} was replayed \"outcome unknown\" from the record of {writer}, whose action did not panic",
+                        event.who
+                    ),
+                    None => format!(
+                        "{} was replayed \"outcome unknown\", but no record was replayed to it",
+                        event.who
+                    ),
+                },
+            );
+        }
+    }
+}
+
+/// The `Corrupt` rule: an attempt told (a delivered answer) that its key holds a corrupt
+/// value runs nothing after that; told so in answer to its reserve, it ends
+/// `CorruptRecord` (no retry, no fail-open); told so in answer to the complete of an action
+/// that ran unprotected (a store that could not be reached is not a store that answered),
+/// it ends with `Recording::CorruptRecord`. An abandoned attempt has no caller to answer.
+fn corrupt_answers(history: &History, found: &mut Vec<Violation>) {
+    for (told, event) in history.events.iter().enumerate() {
+        let EventKind::Store {
+            command,
+            answer: Answer::Corrupt,
+            delivery: Delivery::Normal,
+            ..
+        } = &event.kind
+        else {
+            continue;
+        };
+        let (who, key) = (event.who, event.key);
+        let mut violate = |event: usize, detail: String| {
+            found.push(Violation {
+                invariant: Invariant::Corrupt,
+                event: Some(event),
+                detail,
+            });
+        };
+        if let Some((ran, _)) = history.events.iter().enumerate().skip(told).find(|(_, e)| {
+            e.who == who && matches!(e.kind, EventKind::Charged { .. } | EventKind::Panicked)
+        }) {
+            violate(
+                ran,
+                format!(
+                    "{who} was told at #{told} that key {key} holds a corrupt value, and then ran its action"
+                ),
+            );
+        }
+        if history.abandoned(who) {
+            continue;
+        }
+        let Some((index, outcome)) = history.events.iter().enumerate().find_map(|(i, e)| match &e
+            .kind
+        {
+            EventKind::Finished(outcome) if e.who == who => Some((i, outcome)),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let honest = match command {
+            Command::Reserve { .. } => *outcome == Outcome::CorruptRecord,
+            Command::Complete { .. } => matches!(
+                outcome,
+                Outcome::Executed(execution) | Outcome::Panicked(execution)
+                    if execution.record == Recording::CorruptRecord
+            ),
+            // A renewal marks the lease lost and a release counts as done: nothing of the
+            // attempt's is under the key.
+            Command::Renew { .. } | Command::Release { .. } | Command::Read => true,
+        };
+        if !honest {
+            violate(
+                index,
+                format!(
+                    "{who} was told at #{told} that key {key} holds a corrupt value, in answer to its {}, but ended {outcome:?}",
+                    command.name()
+                ),
+            );
+        }
+    }
+}
+
+/// `Liveness`: every attempt that did not crash (and did not stop on a protocol error or
+/// get stuck, which are reported where they happen) ends: with an outcome for its caller,
+/// or, when abandoned, with a settlement that ends `Abandoned`.
+fn liveness(history: &History, found: &mut Vec<Violation>) {
+    for (who, _) in attempts(history) {
+        let stopped = history.events.iter().any(|e| {
+            e.who == who
+                && matches!(
+                    e.kind,
+                    EventKind::Crashed | EventKind::Stuck(_) | EventKind::Protocol(_)
+                )
+        });
+        if stopped {
+            continue;
+        }
+        let problem = if history.abandoned(who) {
+            match history.settlement(who) {
+                Some(Outcome::Abandoned(_)) => None,
+                Some(other) => Some(format!("{who} was abandoned and settled as {other:?}")),
+                None => Some(format!(
+                    "{who} was abandoned and its settlement never ended"
+                )),
+            }
+        } else if history.outcome(who).is_none() {
+            Some(format!("{who} never got an outcome"))
+        } else {
+            None
+        };
+        if let Some(detail) = problem {
+            found.push(Violation {
+                invariant: Invariant::Liveness,
+                event: None,
+                detail,
             });
         }
     }

@@ -4,10 +4,11 @@
 
 use std::fmt;
 
-use idem_core::record::{Record, Reply};
-use idem_core::{Outcome, Protection, Timestamp};
+use idem_core::record::{Record, Reply, StoredResult};
+use idem_core::{Abandonment, Outcome, Protection, Timestamp};
 
-use crate::history::{EventKind, History};
+use crate::history::{AttemptId, EventKind, History};
+use crate::world::{Answer, Delivery};
 
 /// Counts of paths taken, summed over runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,10 +39,24 @@ pub struct Coverage {
     pub takeovers: u64,
     /// Store replies lost after the command was applied.
     pub lost_replies: u64,
+    /// Commands the store never answered, given up by their attempt at its reply deadline.
+    pub hung: u64,
     /// Times an attempt's machine said its lease was held (each checked against the store).
     pub lease_views: u64,
     /// Keys charged more than once in a run (each excused, or the run failed).
     pub repeated_effects: u64,
+    /// Outcomes `Panicked`.
+    pub panicked: u64,
+    /// Replays of a panicked action's record ("outcome unknown").
+    pub unknown_replays: u64,
+    /// Outcomes `CorruptRecord`.
+    pub corrupt: u64,
+    /// Attempts abandoned by their driver.
+    pub abandoned: u64,
+    /// Settlements that left the key of an action dropped mid-run to its lease.
+    pub actions_dropped: u64,
+    /// Releases sent by a settlement that freed a reservation.
+    pub settlement_releases: u64,
 }
 
 impl Coverage {
@@ -51,6 +66,7 @@ impl Coverage {
             runs: 1,
             ..Coverage::default()
         };
+        let mut abandoned: Vec<AttemptId> = Vec::new();
         for event in &history.events {
             match &event.kind {
                 EventKind::Finished(outcome) => match outcome {
@@ -59,23 +75,43 @@ impl Coverage {
                         c.lease_lost += u64::from(execution.lease_lost);
                         c.failed_open += u64::from(execution.protection == Protection::FailedOpen);
                     }
-                    Outcome::Replayed { .. } => c.replayed += 1,
+                    Outcome::Replayed { result } => {
+                        c.replayed += 1;
+                        c.unknown_replays += u64::from(*result == StoredResult::Panicked);
+                    }
                     Outcome::KeyReuse { .. } => c.key_reuse += 1,
                     Outcome::InProgress => c.in_progress += 1,
                     Outcome::ActionFailed { .. } => c.action_failed += 1,
                     Outcome::StoreUnavailable => c.store_unavailable += 1,
-                    // Not caused by these worlds yet.
-                    Outcome::Panicked(_) | Outcome::CorruptRecord | Outcome::Abandoned(_) => {}
+                    Outcome::Panicked(execution) => {
+                        c.panicked += 1;
+                        c.lease_lost += u64::from(execution.lease_lost);
+                    }
+                    Outcome::CorruptRecord => c.corrupt += 1,
+                    // Only a settlement ends so.
+                    Outcome::Abandoned(_) => {}
                 },
                 EventKind::Crashed => c.crashes += 1,
+                EventKind::Abandoned => {
+                    c.abandoned += 1;
+                    abandoned.push(event.who);
+                }
+                EventKind::Settled(outcome) => {
+                    c.actions_dropped +=
+                        u64::from(*outcome == Outcome::Abandoned(Abandonment::ActionDropped));
+                }
                 EventKind::BelievedHeld { .. } => c.lease_views += 1,
                 EventKind::Store {
-                    reply: Some(reply),
+                    answer,
                     before,
-                    delivered,
+                    delivery,
                     ..
                 } => {
-                    c.lost_replies += u64::from(!delivered);
+                    c.hung += u64::from(matches!(delivery, Delivery::Hung { .. }));
+                    let Answer::Reply(reply) = answer else {
+                        continue;
+                    };
+                    c.lost_replies += u64::from(*delivery == Delivery::ReplyLost);
                     match reply {
                         Reply::Renewed(_) => c.renewals += 1,
                         Reply::Reserved(granted) => {
@@ -83,6 +119,9 @@ impl Coverage {
                             let takeover = matches!(before, Some(record @ Record::Pending { .. })
                                 if record.owner() != granted.owner && record.is_expired(now));
                             c.takeovers += u64::from(takeover);
+                        }
+                        Reply::Released => {
+                            c.settlement_releases += u64::from(abandoned.contains(&event.who));
                         }
                         _ => {}
                     }
@@ -95,6 +134,33 @@ impl Coverage {
         keys.dedup();
         c.repeated_effects = keys.into_iter().filter(|k| history.charges(*k) > 1).count() as u64;
         c
+    }
+
+    /// Every count, by name.
+    pub fn counts(&self) -> [(&'static str, u64); 21] {
+        [
+            ("executed", self.executed),
+            ("replayed", self.replayed),
+            ("key_reuse", self.key_reuse),
+            ("in_progress", self.in_progress),
+            ("action_failed", self.action_failed),
+            ("store_unavailable", self.store_unavailable),
+            ("failed_open", self.failed_open),
+            ("lease_lost", self.lease_lost),
+            ("crashes", self.crashes),
+            ("renewals", self.renewals),
+            ("takeovers", self.takeovers),
+            ("lost_replies", self.lost_replies),
+            ("hung", self.hung),
+            ("lease_views", self.lease_views),
+            ("repeated_effects", self.repeated_effects),
+            ("panicked", self.panicked),
+            ("unknown_replays", self.unknown_replays),
+            ("corrupt", self.corrupt),
+            ("abandoned", self.abandoned),
+            ("actions_dropped", self.actions_dropped),
+            ("settlement_releases", self.settlement_releases),
+        ]
     }
 
     /// Adds another count to this one.
@@ -112,28 +178,15 @@ impl Coverage {
         self.renewals += other.renewals;
         self.takeovers += other.takeovers;
         self.lost_replies += other.lost_replies;
+        self.hung += other.hung;
         self.lease_views += other.lease_views;
         self.repeated_effects += other.repeated_effects;
-    }
-
-    /// Every count, by name.
-    pub fn counts(&self) -> [(&'static str, u64); 14] {
-        [
-            ("executed", self.executed),
-            ("replayed", self.replayed),
-            ("key_reuse", self.key_reuse),
-            ("in_progress", self.in_progress),
-            ("action_failed", self.action_failed),
-            ("store_unavailable", self.store_unavailable),
-            ("failed_open", self.failed_open),
-            ("lease_lost", self.lease_lost),
-            ("crashes", self.crashes),
-            ("renewals", self.renewals),
-            ("takeovers", self.takeovers),
-            ("lost_replies", self.lost_replies),
-            ("lease_views", self.lease_views),
-            ("repeated_effects", self.repeated_effects),
-        ]
+        self.panicked += other.panicked;
+        self.unknown_replays += other.unknown_replays;
+        self.corrupt += other.corrupt;
+        self.abandoned += other.abandoned;
+        self.actions_dropped += other.actions_dropped;
+        self.settlement_releases += other.settlement_releases;
     }
 
     /// The paths never taken, by name.
@@ -154,24 +207,11 @@ impl Coverage {
 
 impl fmt::Display for Coverage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} runs: executed {}, replayed {}, key reuse {}, in progress {}, action failed {}, store unavailable {}, failed open {}, lease lost {}, crashes {}, renewals {}, takeovers {}, lost replies {}, lease views {}, keys charged twice {}",
-            self.runs,
-            self.executed,
-            self.replayed,
-            self.key_reuse,
-            self.in_progress,
-            self.action_failed,
-            self.store_unavailable,
-            self.failed_open,
-            self.lease_lost,
-            self.crashes,
-            self.renewals,
-            self.takeovers,
-            self.lost_replies,
-            self.lease_views,
-            self.repeated_effects
-        )
+        write!(f, "{} runs:", self.runs)?;
+        for (index, (name, count)) in self.counts().into_iter().enumerate() {
+            let sep = if index == 0 { "" } else { "," };
+            write!(f, "{sep} {} {count}", name.replace('_', " "))?;
+        }
+        Ok(())
     }
 }

@@ -2,12 +2,16 @@
 //!
 //! Every event is stamped with the store's logical clock at the moment it happened, so a
 //! person can read a counterexample as a story: who sent what, what the record was before
-//! and after, who charged the card, who crashed, and what each caller was told.
+//! and after (or that the key held a corrupt value), which commands hung or lost their
+//! replies, who charged the card, whose action panicked, who crashed or went away, how an
+//! abandoned attempt settled, and what each caller was told.
 
 use std::fmt;
 
-use idem_core::record::{Command, Record, Reply};
+use idem_core::record::{Command, Record, Reply, StoredResult};
 use idem_core::{Fingerprint, Outcome, OwnerToken};
+
+use crate::world::{Answer, Delivery};
 
 /// One attempt: the caller that made it and its number among that caller's attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,19 +64,21 @@ pub struct Event {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum EventKind {
-    /// The store applied `command`, or could not be reached.
+    /// The store applied `command`, found the key corrupt, or never got the command.
     Store {
         /// The command as sent.
         command: Command,
         /// The stored state before.
         before: Option<Record>,
-        /// The record machine's reply; `None` when the store could not be reached and
-        /// nothing was applied.
-        reply: Option<Reply>,
+        /// What the store made of it.
+        answer: Answer,
         /// The stored state after.
         after: Option<Record>,
-        /// Whether the caller received the reply (false: it saw a store error instead).
-        delivered: bool,
+        /// How the answer reached the caller: only [`Delivery::Normal`] delivers it; a lost
+        /// reply or an unreachable store is a store error at once; a hung command is given
+        /// up by the attempt at its reply deadline (this event is then written when the
+        /// caller stops waiting, which is also when an applied hung command lands).
+        delivery: Delivery,
     },
     /// The action ran and charged the card (the provider's statement has the line).
     Charged {
@@ -89,7 +95,15 @@ pub enum EventKind {
     },
     /// The caller crashed while its action ran: it never completes or releases.
     Crashed,
-    /// The attempt ended with this outcome.
+    /// The action panicked (written when it started, after its charge if it made one; the
+    /// attempt learns of it when the action's wake-ups end).
+    Panicked,
+    /// The caller went away (attached mode) or its call ended fail-closed, and the driver
+    /// abandoned the attempt (`Attempt::abandon`): from here on it only settles.
+    Abandoned,
+    /// The settlement of an abandoned attempt ended, with this outcome. Nobody waits for it.
+    Settled(Outcome),
+    /// The attempt ended with this outcome, given to its caller.
     Finished(Outcome),
     /// The attempt neither finished nor could move (a livelock or a stall).
     Stuck(String),
@@ -118,6 +132,28 @@ impl History {
         self.events
             .iter()
             .any(|e| e.who == who && matches!(e.kind, EventKind::Crashed))
+    }
+
+    /// Whether the attempt's action panicked.
+    pub fn panicked(&self, who: AttemptId) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.who == who && matches!(e.kind, EventKind::Panicked))
+    }
+
+    /// Whether the attempt was abandoned.
+    pub fn abandoned(&self, who: AttemptId) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.who == who && matches!(e.kind, EventKind::Abandoned))
+    }
+
+    /// How the settlement of an abandoned attempt ended, if it did.
+    pub fn settlement(&self, who: AttemptId) -> Option<&Outcome> {
+        self.events.iter().find_map(|e| match &e.kind {
+            EventKind::Settled(outcome) if e.who == who => Some(outcome),
+            _ => None,
+        })
     }
 
     /// Every outcome, with the attempt that got it.
@@ -162,17 +198,33 @@ impl fmt::Display for Explain<'_> {
             EventKind::Store {
                 command,
                 before,
-                reply,
+                answer,
                 after,
-                delivered,
+                delivery,
             } => {
                 write!(f, "{} ", ShortCommand(command))?;
-                let Some(reply) = reply else {
-                    return write!(f, "-> store unreachable (not applied)");
-                };
-                write!(f, "-> {}", ShortReply(reply))?;
-                if !delivered {
-                    write!(f, " (reply lost)")?;
+                match answer {
+                    Answer::NotApplied if *delivery == Delivery::Unreachable => {
+                        return write!(f, "-> store unreachable (not applied)");
+                    }
+                    Answer::NotApplied => {
+                        return write!(f, "-> HUNG, given up at its reply deadline (not applied)");
+                    }
+                    Answer::Corrupt => write!(f, "-> CORRUPT (the key holds no record)")?,
+                    Answer::Reply(reply) => write!(f, "-> {}", ShortReply(reply))?,
+                }
+                match delivery {
+                    Delivery::Normal => {}
+                    Delivery::ReplyLost | Delivery::Unreachable => write!(f, " (reply lost)")?,
+                    Delivery::Hung { .. } => {
+                        write!(
+                            f,
+                            " (HUNG: applied as the caller gave it up, never answered)"
+                        )?;
+                    }
+                }
+                if *answer == Answer::Corrupt {
+                    return Ok(());
                 }
                 write!(f, " | {} => {}", ShortRecord(before), ShortRecord(after))
             }
@@ -181,6 +233,9 @@ impl fmt::Display for Explain<'_> {
             }
             EventKind::Declined => write!(f, "action declined (failed, no effect)"),
             EventKind::Crashed => write!(f, "CRASHED mid-action"),
+            EventKind::Panicked => write!(f, "the action PANICKED"),
+            EventKind::Abandoned => write!(f, "ABANDONED by its driver: settling from here on"),
+            EventKind::Settled(outcome) => write!(f, "settled: {}", ShortOutcome(outcome)),
             EventKind::BelievedHeld { held_at } => {
                 write!(f, "(its machine said at t+{held_at}: lease held)")
             }
@@ -212,9 +267,7 @@ impl fmt::Display for ShortCommand<'_> {
                 fp_label(*fingerprint),
                 lease.as_millis()
             ),
-            Command::Complete { result, .. } => {
-                write!(f, "complete({})", BodyLabel(result.value()))
-            }
+            Command::Complete { result, .. } => write!(f, "complete({})", ResultLabel(result)),
             Command::Renew { lease, .. } => write!(f, "renew({}ms)", lease.as_millis()),
             Command::Release { .. } => write!(f, "release"),
             Command::Read => write!(f, "read"),
@@ -222,13 +275,16 @@ impl fmt::Display for ShortCommand<'_> {
     }
 }
 
-struct BodyLabel<'a>(Option<&'a idem_core::Body>);
+struct ResultLabel<'a>(&'a StoredResult);
 
-impl fmt::Display for BodyLabel<'_> {
+impl fmt::Display for ResultLabel<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(body) => write!(f, "{:?}", String::from_utf8_lossy(body.as_bytes())),
-            None => write!(f, "no body"),
+            StoredResult::Value(body) => {
+                write!(f, "{:?}", String::from_utf8_lossy(body.as_bytes()))
+            }
+            StoredResult::NotStored => write!(f, "no body"),
+            StoredResult::Panicked => write!(f, "PANICKED, outcome unknown"),
         }
     }
 }
@@ -250,7 +306,7 @@ impl fmt::Display for ShortReply<'_> {
             Reply::InFlight { lease_until } => {
                 write!(f, "InFlight(until t+{})", lease_until.as_millis())
             }
-            Reply::Replay { result } => write!(f, "Replay({})", BodyLabel(result.value())),
+            Reply::Replay { result } => write!(f, "Replay({})", ResultLabel(result)),
             Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
             Reply::Completed(c) => write!(f, "Completed({c:?})"),
             Reply::Renewed(r) => match r.lease_until {
@@ -292,7 +348,7 @@ impl fmt::Display for ShortRecord<'_> {
                 "Completed({}, fp {}, {}, until t+{})",
                 owner_label(*owner),
                 fp_label(*fingerprint),
-                BodyLabel(result.value()),
+                ResultLabel(result),
                 expires_at.as_millis()
             ),
         }
@@ -304,7 +360,7 @@ struct ShortOutcome<'a>(&'a Outcome);
 impl fmt::Display for ShortOutcome<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Outcome::Replayed { result } => write!(f, "Replayed({})", BodyLabel(result.value())),
+            Outcome::Replayed { result } => write!(f, "Replayed({})", ResultLabel(result)),
             Outcome::KeyReuse { stored, given } => write!(
                 f,
                 "KeyReuse(stored fp {}, given fp {})",

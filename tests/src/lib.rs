@@ -6,18 +6,22 @@
 //! - [`history`]: what happened in one run (store steps, effects on the provider, crashes,
 //!   outcomes), stamped with the store's logical clock, and its readable explanation.
 //! - [`check`]: the pure judge of a history against MODEL.md's invariants (`I1`..`I11`),
-//!   the effect count they allow (`I7`), the truth of each outcome's `lease_lost`, and the
-//!   attempt machine's own view of its lease.
+//!   the effect count they allow (`I7`), the truth of each outcome's `lease_lost`, the
+//!   attempt machine's own view of its lease, and the rules for abnormal ends (panics,
+//!   corrupt records, abandoned attempts).
 //! - [`coverage`]: what a set of runs exercised, so a passing test shows it reached the
 //!   paths it claims to check.
-//! - [`variant`]: the store as it is (`record::apply`) and the known bugs of other
-//!   implementations, built around it here, never in the library.
-//! - [`world`]: the shared state behind the checker's lock: the records, the provider (the
-//!   card statement) and the history being written.
+//! - [`variant`]: the store and driver as they are (`record::apply`, `Attempt` fed as a
+//!   driver must) and the known bugs of other implementations and of earlier drivers, built
+//!   around them here, never in the library.
+//! - [`world`]: the shared state behind the checker's lock: the records (and the keys that
+//!   hold a corrupt value), the provider (the card statement) and the history being written.
 //! - [`platform`]: the few synchronisation primitives the harness needs, for loom and for
 //!   shuttle.
 //! - [`caller`]: one client driving `idem_core::Attempt` exactly as a driver does, with
-//!   crashes, failing actions, slow actions that renew, lost replies and a skewed clock.
+//!   crashes, failing and panicking actions, slow actions that renew, callers that go away
+//!   (the attempt abandoned and its settlement pumped), lost replies, hung commands, corrupt
+//!   answers and a skewed clock.
 //! - [`scenario`]: a set of callers, keys and clock ticks, run on a platform and judged.
 //! - [`explore`]: a scenario under loom (every schedule up to a preemption bound) or shuttle
 //!   (random and PCT schedules, replayable), with the counterexample handed back.
@@ -40,4 +44,4 @@ pub use history::{AttemptId, Event, EventKind, History};
 pub use platform::{Loom, Platform, Shuttle};
 pub use scenario::Scenario;
 pub use variant::Variant;
-pub use world::{Charge, Provider, World};
+pub use world::{Answer, Charge, Delivery, Provider, World};

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_core::record::CommandKind;
 use idem_core::{InFlightPolicy, Options, OptionsError, StoreFailurePolicy};
 use shuttle::rand::{Rng, thread_rng};
 
@@ -21,6 +22,8 @@ pub struct Scenario {
     pub variant: Variant,
     /// How many keys the store has.
     pub keys: usize,
+    /// The keys that hold a corrupt value (not a record) from the start.
+    pub corrupt_keys: Vec<usize>,
     /// One thread each.
     pub callers: Vec<CallerPlan>,
     /// Jumps of the clock thread, in ms; empty for no clock thread. Each jump is a step the
@@ -33,14 +36,16 @@ impl Scenario {
     /// its history.
     pub fn run<P: Platform>(&self) -> History {
         let shared = Arc::new(Shared::<P> {
-            world: P::lock(World::new(self.variant, self.keys)),
+            world: P::lock(World::new(self.variant, self.keys, &self.corrupt_keys)),
             clock: P::clock(),
         });
-        let naive = self.variant.naive_callers();
+        let variant = self.variant;
         let mut threads = Vec::with_capacity(self.callers.len() + 1);
         for (caller, plan) in self.callers.iter().cloned().enumerate() {
             let shared = Arc::clone(&shared);
-            threads.push(P::spawn(move || run_caller(&shared, caller, &plan, naive)));
+            threads.push(P::spawn(move || {
+                run_caller(&shared, caller, &plan, variant)
+            }));
         }
         if !self.clock_ticks.is_empty() {
             let shared = Arc::clone(&shared);
@@ -67,11 +72,18 @@ impl Scenario {
     /// - `ReleaseWithoutOwnerCheck`: the stale holder's action fails and it releases.
     /// - `RenewWithoutOwnerCheck`: the stale holder's action is slow and renews.
     /// - `SkewedClock`: the second caller's clock runs more than a lease ahead.
+    ///
+    /// The driver bugs need an abnormal end instead:
+    ///
+    /// - `ReleaseOnAbandon`: the holder charges and its caller goes away mid-action.
+    /// - `PanicReleases`: the holder charges and panics.
+    /// - `CorruptFailsOpen`: the key holds a corrupt value (and no lease runs out).
     pub fn exposing(variant: Variant) -> Result<Self, OptionsError> {
         let options = model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)?;
         let mut holder = CallerPlan::new(0, 0, options.clone());
         let mut second = CallerPlan::new(0, 0, options);
         let mut clock_ticks = vec![LEASE_MS];
+        let mut corrupt_keys = Vec::new();
         match variant {
             Variant::Correct | Variant::CompleteWithoutOwnerCheck => {}
             Variant::ResultCache => clock_ticks.clear(),
@@ -81,10 +93,17 @@ impl Scenario {
                 clock_ticks.clear();
                 second.skew_ms = i64::try_from(LEASE_MS).unwrap_or(i64::MAX) + 500;
             }
+            Variant::ReleaseOnAbandon => holder.actions = vec![Action::AbandonAfterCharge],
+            Variant::PanicReleases => holder.actions = vec![Action::PanicAfterCharge],
+            Variant::CorruptFailsOpen => {
+                clock_ticks.clear();
+                corrupt_keys.push(0);
+            }
         }
         Ok(Self {
             variant,
             keys: 1,
+            corrupt_keys,
             callers: vec![holder, second],
             clock_ticks,
         })
@@ -92,11 +111,19 @@ impl Scenario {
 
     /// A random scenario for shuttle, drawn from shuttle's own random source (so a failing
     /// schedule replays it exactly; call it only inside a shuttle run): five or six callers
-    /// on two keys, some sending another request under the same key, some with the `Raise`
-    /// policy or failing closed; actions that succeed, fail or crash, quick or slow enough to
-    /// renew; skewed caller clocks; lost replies and an unreachable store; client retries;
-    /// and up to two jumps of the clock.
+    /// on two keys (the second, in one run of eight, holding a corrupt value), some sending
+    /// another request under the same key, some with the `Raise` policy or failing closed;
+    /// actions that succeed, fail, crash or panic (before or after their charge), quick or
+    /// slow enough to renew; callers that go away mid-action or mid-reserve; skewed caller
+    /// clocks; lost replies, hung commands (applied or not) and an unreachable store; client
+    /// retries; and up to two jumps of the clock.
     pub fn random(variant: Variant) -> Result<Self, OptionsError> {
+        const COMMANDS: [CommandKind; 4] = [
+            CommandKind::Reserve,
+            CommandKind::Renew,
+            CommandKind::Complete,
+            CommandKind::Release,
+        ];
         let mut rng = thread_rng();
         let count = rng.gen_range(5..=6);
         let mut callers = Vec::with_capacity(count);
@@ -115,39 +142,59 @@ impl Scenario {
             let mut plan = CallerPlan::new(caller % 2, request, model_options(policy, on_failure)?);
             plan.attempts = rng.gen_range(1..=3);
             plan.actions = (0..plan.attempts)
-                .map(|_| match rng.gen_range(0..20) {
-                    0..=13 => Action::Succeed,
-                    14..=16 => Action::Fail,
-                    _ => Action::Crash,
+                .map(|_| match rng.gen_range(0..24) {
+                    0..=12 => Action::Succeed,
+                    13..=15 => Action::Fail,
+                    16..=17 => Action::Crash,
+                    18 => Action::PanicAfterCharge,
+                    19 => Action::PanicBeforeCharge,
+                    20 => Action::AbandonAfterCharge,
+                    21 => Action::AbandonBeforeCharge,
+                    _ => Action::AbandonMidReserve,
                 })
                 .collect();
             plan.action_wakeups = rng.gen_range(0..=3);
             plan.skew_ms = rng.gen_range(-300..=300);
             if rng.gen_ratio(1, 3) {
-                let commands = ["reserve", "renew", "complete", "release"];
                 plan.faults.push(Fault {
                     attempt: rng.gen_range(0..plan.attempts),
-                    command: commands[rng.gen_range(0..commands.len())],
+                    command: COMMANDS[rng.gen_range(0..COMMANDS.len())],
                     nth: rng.gen_range(0..2),
                     kind: FaultKind::ReplyLost,
+                });
+            }
+            if rng.gen_ratio(1, 4) {
+                plan.faults.push(Fault {
+                    attempt: rng.gen_range(0..plan.attempts),
+                    command: COMMANDS[rng.gen_range(0..COMMANDS.len())],
+                    nth: rng.gen_range(0..2),
+                    kind: FaultKind::Hung {
+                        applied: rng.gen_ratio(1, 2),
+                    },
                 });
             }
             if rng.gen_ratio(1, 10) {
                 plan.faults.extend((0..2).map(|nth| Fault {
                     attempt: 0,
-                    command: "reserve",
+                    command: CommandKind::Reserve,
                     nth,
                     kind: FaultKind::Unreachable,
                 }));
             }
             callers.push(plan);
         }
+        let corrupt_keys = if rng.gen_ratio(1, 8) {
+            vec![1]
+        } else {
+            Vec::new()
+        };
         let clock_ticks = (0..rng.gen_range(0..=2))
             .map(|_| rng.gen_range(200..=1_500))
             .collect();
         Ok(Self {
             variant,
             keys: 2,
+            corrupt_keys,
             callers,
             clock_ticks,
         })

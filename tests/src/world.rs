@@ -3,7 +3,8 @@
 //!
 //! One lock for all of it makes each store command, each charge and each outcome one atomic
 //! step whose order the model checker chooses; the store's clock is read inside the lock, so
-//! the history's times are the store's.
+//! the history's times are the store's. A key can be made to hold a corrupt value (not a
+//! record): the store then answers "corrupt" to every command on it and changes nothing.
 
 use idem_core::record::{Command, Record, Reply};
 use idem_core::{Fingerprint, Outcome, OwnerToken, Timestamp};
@@ -55,14 +56,55 @@ impl Provider {
 }
 
 /// How a store command is to fail, if it fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Delivery {
     /// Applied and answered.
     Normal,
-    /// Applied, but the reply is lost (a timeout after the server ran the command).
+    /// Applied, but the reply is lost: the caller sees a store error at once (a connection
+    /// that dropped after the server ran the command).
     ReplyLost,
-    /// Not applied: the store could not be reached.
+    /// Not applied: the store could not be reached, and the caller sees an error at once.
     Unreachable,
+    /// The store never answers: the caller waits until the attempt's reply deadline and the
+    /// attempt gives the command up itself. When `applied`, the command reaches the store at
+    /// the moment the caller stops waiting for it (the latest it can land before the attempt
+    /// acts on its loss); otherwise it never arrives.
+    Hung {
+        /// Whether the command is applied.
+        applied: bool,
+    },
+}
+
+impl Delivery {
+    /// Whether the command reaches the store.
+    pub fn applied(self) -> bool {
+        match self {
+            Delivery::Normal | Delivery::ReplyLost => true,
+            Delivery::Unreachable => false,
+            Delivery::Hung { applied } => applied,
+        }
+    }
+}
+
+/// What the store made of a command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The record machine's reply.
+    Reply(Reply),
+    /// The key holds a value that is not a record: the store said so and changed nothing.
+    Corrupt,
+    /// The command never reached the store: nothing was applied.
+    NotApplied,
+}
+
+impl Answer {
+    /// The record machine's reply, if the command was applied to a record.
+    pub fn reply(&self) -> Option<&Reply> {
+        match self {
+            Answer::Reply(reply) => Some(reply),
+            Answer::Corrupt | Answer::NotApplied => None,
+        }
+    }
 }
 
 /// The shared state of one run.
@@ -70,24 +112,28 @@ pub enum Delivery {
 pub struct World {
     variant: Variant,
     records: Vec<Option<Record>>,
+    /// Keys that hold a corrupt value.
+    corrupt: Vec<bool>,
     provider: Provider,
     history: History,
 }
 
 impl World {
-    /// An empty store of `keys` keys, behaving as `variant`.
-    pub fn new(variant: Variant, keys: usize) -> Self {
+    /// An empty store of `keys` keys, behaving as `variant`, in which the keys listed in
+    /// `corrupt` hold a value that is not a record.
+    pub fn new(variant: Variant, keys: usize, corrupt: &[usize]) -> Self {
         Self {
             variant,
             records: vec![None; keys],
+            corrupt: (0..keys).map(|key| corrupt.contains(&key)).collect(),
             provider: Provider::default(),
             history: History::default(),
         }
     }
 
-    /// Applies `command` to `key` at the store's `store_now` and records the step.
-    /// `skew_ms` is how far the sender's clock is off the store's; only
-    /// [`Variant::SkewedClock`] uses it.
+    /// Applies `command` to `key` at the store's `store_now` (unless `delivery` says it
+    /// never arrives) and records the step. `skew_ms` is how far the sender's clock is off
+    /// the store's; only [`Variant::SkewedClock`] uses it.
     #[allow(clippy::too_many_arguments)]
     pub fn store(
         &mut self,
@@ -98,10 +144,12 @@ impl World {
         store_now: u64,
         skew_ms: i64,
         delivery: Delivery,
-    ) -> Option<Reply> {
+    ) -> Answer {
         let before = self.records.get(key).cloned().flatten();
-        let reply = if delivery == Delivery::Unreachable {
-            None
+        let answer = if !delivery.applied() {
+            Answer::NotApplied
+        } else if self.corrupt.get(key).copied().unwrap_or(false) {
+            Answer::Corrupt
         } else {
             let transition = self.variant.step(
                 before.as_ref(),
@@ -109,9 +157,10 @@ impl World {
                 Timestamp::from_millis(store_now),
                 Timestamp::from_millis(store_now.saturating_add_signed(skew_ms)),
             );
-            self.records
-                .get_mut(key)
-                .map(|slot| transition.apply_to(slot))
+            match self.records.get_mut(key) {
+                Some(slot) => Answer::Reply(transition.apply_to(slot)),
+                None => Answer::NotApplied,
+            }
         };
         let after = self.records.get(key).cloned().flatten();
         self.push(
@@ -122,12 +171,12 @@ impl World {
             EventKind::Store {
                 command,
                 before,
-                reply: reply.clone(),
+                answer: answer.clone(),
                 after,
-                delivered: delivery == Delivery::Normal,
+                delivery,
             },
         );
-        reply
+        answer
     }
 
     /// The action charges the card; returns the provider's answer.

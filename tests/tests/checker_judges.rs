@@ -1,13 +1,16 @@
 //! The judge itself, on histories written by hand: each rule it checks is broken once, in
-//! the smallest history that breaks it, and the judge must name that rule; the history that
-//! keeps the rules passes. This shows every check can fail, including the ones no broken
-//! store variant reaches (`I4`, `I5`, `I6`, `I9`, `I10`, `I11`, the lease view, liveness).
+//! the smallest history that breaks it, and the judge must name that rule; the histories
+//! that keep the rules pass. This shows every check can fail, including the ones no broken
+//! store variant reaches (`I4`, `I5`, `I6`, `I9`, `I10`, `I11`, the lease view, liveness),
+//! and each rule for abnormal ends (panics, corrupt records, abandoned attempts).
 
 use std::time::Duration;
 
-use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation};
-use idem_core::{Body, Execution, Fingerprint, Outcome, Protection, Recording, Timestamp};
-use idem_tests::{AttemptId, Event, EventKind, History, Invariant, check_run};
+use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
+use idem_core::{
+    Abandonment, Body, Execution, Fingerprint, Outcome, Protection, Recording, Timestamp,
+};
+use idem_tests::{Answer, AttemptId, Delivery, Event, EventKind, History, Invariant, check_run};
 
 const A: AttemptId = AttemptId {
     caller: 0,
@@ -67,12 +70,34 @@ fn granted(who: AttemptId, until: u64) -> Reply {
     })
 }
 
-fn executed(lease_lost: bool) -> Outcome {
-    Outcome::Executed(Execution {
+fn execution(lease_lost: bool) -> Execution {
+    Execution {
         protection: Protection::Reserved,
         record: Recording::Stored,
         lease_lost,
+    }
+}
+
+fn executed(lease_lost: bool) -> Outcome {
+    Outcome::Executed(execution(lease_lost))
+}
+
+fn completed_with(who: AttemptId, result: StoredResult) -> Option<Record> {
+    Some(Record::Completed {
+        owner: who.owner(),
+        fingerprint: fp(0),
+        result,
+        expires_at: t(60_000),
     })
+}
+
+fn complete_with(who: AttemptId, result: StoredResult) -> Command {
+    Command::Complete {
+        owner: who.owner(),
+        fingerprint: fp(0),
+        result,
+        retention: Duration::from_secs(60),
+    }
 }
 
 /// A history written event by event.
@@ -106,9 +131,24 @@ impl Story {
             EventKind::Store {
                 command,
                 before,
-                reply: Some(reply),
+                answer: Answer::Reply(reply),
                 after,
-                delivered: true,
+                delivery: Delivery::Normal,
+            },
+        )
+    }
+
+    /// The key holds a corrupt value: the store says so, delivered, and changes nothing.
+    fn corrupt(self, at: u64, who: AttemptId, command: Command) -> Self {
+        self.event(
+            at,
+            who,
+            EventKind::Store {
+                command,
+                before: None,
+                answer: Answer::Corrupt,
+                after: None,
+                delivery: Delivery::Normal,
             },
         )
     }
@@ -141,6 +181,65 @@ impl Story {
                 completed(A, "a"),
             )
             .finish(20, A, executed(false))
+    }
+
+    /// A reserves, charges "a", panics, and completes the key "outcome unknown".
+    fn a_panics() -> Self {
+        Story::default()
+            .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+            .charge(10, A, "a")
+            .event(10, A, EventKind::Panicked)
+            .store(
+                20,
+                A,
+                complete_with(A, StoredResult::Panicked),
+                pending(A, 1_000),
+                Reply::Completed(Completion::InTime),
+                completed_with(A, StoredResult::Panicked),
+            )
+            .finish(20, A, Outcome::Panicked(execution(false)))
+    }
+
+    /// A reserves, charges "a", and its caller goes away: the driver abandons the attempt,
+    /// whose settlement leaves the key to its lease (until t+1000).
+    fn a_is_dropped_mid_action() -> Self {
+        Story::default()
+            .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+            .charge(10, A, "a")
+            .event(20, A, EventKind::Abandoned)
+            .event(
+                20,
+                A,
+                EventKind::Settled(Outcome::Abandoned(Abandonment::ActionDropped)),
+            )
+    }
+
+    /// B reserves at `at`, over `before`, charges "b" and completes in time.
+    fn b_executes(self, at: u64, before: Option<Record>) -> Self {
+        self.store(
+            at,
+            B,
+            reserve(B),
+            before,
+            granted(B, at + 1_000),
+            pending(B, at + 1_000),
+        )
+        .charge(at + 10, B, "b")
+        .store(
+            at + 20,
+            B,
+            complete(B, "b"),
+            pending(B, at + 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(B, "b"),
+        )
+        .finish(at + 20, B, executed(false))
+    }
+
+    fn passes(self) {
+        if let Err(counterexample) = check_run(&self.0) {
+            panic!("{counterexample}");
+        }
     }
 
     fn breaks(self, invariant: Invariant) {
@@ -234,11 +333,11 @@ fn i4_a_replay_to_another_request() {
         kind: EventKind::Store {
             command: reserve(B),
             before: completed(A, "a"),
-            reply: Some(Reply::Replay {
+            answer: Answer::Reply(Reply::Replay {
                 result: idem_core::StoredResult::Value(Body::new("a")),
             }),
             after: completed(A, "a"),
-            delivered: true,
+            delivery: Delivery::Normal,
         },
     });
     story.breaks(Invariant::I4);
@@ -433,4 +532,179 @@ fn lease_view_held_after_the_store_let_it_run_out() {
         .charge(10, A, "a")
         .event(1_200, A, EventKind::BelievedHeld { held_at: 1_200 })
         .breaks(Invariant::LeaseView);
+}
+
+#[test]
+fn a_panic_completed_and_replayed_as_outcome_unknown_passes() {
+    Story::a_panics()
+        .store(
+            30,
+            B,
+            reserve(B),
+            completed_with(A, StoredResult::Panicked),
+            Reply::Replay {
+                result: StoredResult::Panicked,
+            },
+            completed_with(A, StoredResult::Panicked),
+        )
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: StoredResult::Panicked,
+            },
+        )
+        .passes();
+}
+
+#[test]
+fn panic_a_panicked_actions_key_released_by_its_owner() {
+    Story::default()
+        .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+        .charge(10, A, "a")
+        .event(10, A, EventKind::Panicked)
+        .store(
+            20,
+            A,
+            Command::Release { owner: A.owner() },
+            pending(A, 1_000),
+            Reply::Released,
+            None,
+        )
+        .finish(20, A, Outcome::ActionFailed { released: true })
+        .breaks(Invariant::Panic);
+}
+
+#[test]
+fn panic_recorded_as_a_value() {
+    Story::default()
+        .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+        .charge(10, A, "a")
+        .event(10, A, EventKind::Panicked)
+        .store(
+            20,
+            A,
+            complete(A, "a"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "a"),
+        )
+        .finish(20, A, Outcome::Panicked(execution(false)))
+        .breaks(Invariant::Panic);
+}
+
+#[test]
+fn panic_a_replay_of_a_panicked_record_not_said_unknown() {
+    Story::a_panics()
+        .store(
+            30,
+            B,
+            reserve(B),
+            completed_with(A, StoredResult::Panicked),
+            Reply::Replay {
+                result: StoredResult::Panicked,
+            },
+            completed_with(A, StoredResult::Panicked),
+        )
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: StoredResult::NotStored,
+            },
+        )
+        .breaks(Invariant::Panic);
+}
+
+#[test]
+fn panic_outcome_unknown_replayed_from_an_action_that_did_not_panic() {
+    Story::a_executes()
+        .store(
+            30,
+            B,
+            reserve(B),
+            completed(A, "a"),
+            Reply::Replay {
+                result: StoredResult::Value(Body::new("a")),
+            },
+            completed(A, "a"),
+        )
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: StoredResult::Panicked,
+            },
+        )
+        .breaks(Invariant::Panic);
+}
+
+#[test]
+fn a_corrupt_key_answered_corrupt_record_passes() {
+    Story::default()
+        .corrupt(0, A, reserve(A))
+        .finish(0, A, Outcome::CorruptRecord)
+        .passes();
+}
+
+#[test]
+fn corrupt_a_caller_told_so_runs_its_action() {
+    Story::default()
+        .corrupt(0, A, reserve(A))
+        .charge(10, A, "a")
+        .finish(
+            10,
+            A,
+            Outcome::Executed(Execution {
+                protection: Protection::FailedOpen,
+                record: Recording::Unknown,
+                lease_lost: false,
+            }),
+        )
+        .breaks(Invariant::Corrupt);
+}
+
+#[test]
+fn corrupt_a_caller_told_so_at_its_reserve_ends_otherwise() {
+    Story::default()
+        .corrupt(0, A, reserve(A))
+        .finish(0, A, Outcome::StoreUnavailable)
+        .breaks(Invariant::Corrupt);
+}
+
+#[test]
+fn i7_a_dropped_action_taken_over_after_its_lease_passes() {
+    Story::a_is_dropped_mid_action()
+        .b_executes(1_200, pending(A, 1_000))
+        .passes();
+}
+
+#[test]
+fn i7_a_dropped_actions_key_handed_on_before_its_lease_ended() {
+    Story::a_is_dropped_mid_action()
+        .store(
+            30,
+            A,
+            Command::Release { owner: A.owner() },
+            pending(A, 1_000),
+            Reply::Released,
+            None,
+        )
+        .b_executes(500, None)
+        .breaks(Invariant::I7);
+}
+
+#[test]
+fn liveness_an_abandoned_attempt_that_never_settles() {
+    Story::default()
+        .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+        .event(10, A, EventKind::Abandoned)
+        .breaks(Invariant::Liveness);
+}
+
+#[test]
+fn liveness_an_attempt_that_stops_without_an_outcome() {
+    Story::default()
+        .store(0, A, reserve(A), None, granted(A, 1_000), pending(A, 1_000))
+        .breaks(Invariant::Liveness);
 }

@@ -1,7 +1,8 @@
-//! loom must find every known bug it can see: each broken store variant (kept in the
-//! harness, never in the library) is explored on the smallest scenario that exposes it, and
-//! the test asserts that a counterexample is found and which invariant it breaks. The same
-//! scenarios pass on the correct store, so what is caught is the bug, not the scenario.
+//! loom must find every known bug it can see: each broken store or driver variant (kept in
+//! the harness, never in the library) is explored on the smallest scenario that exposes it,
+//! and the test asserts that a counterexample is found and which invariant it breaks. The
+//! same scenarios pass on the correct store and driver, so what is caught is the bug, not
+//! the scenario.
 
 use idem_tests::{Invariant, Scenario, Variant, loom_explore};
 
@@ -63,6 +64,8 @@ fn loom_finds_skewed_clock_expiry() {
 
 #[test]
 fn loom_exposing_scenarios_pass_on_the_correct_store() {
+    // Every variant, store and driver bugs alike: the driver bugs' scenarios (a holder that
+    // goes away mid-action, a panic, a corrupt key) are the correct driver's abnormal ends.
     for variant in Variant::BROKEN {
         let mut scenario = Scenario::exposing(variant).expect("model options are valid");
         scenario.variant = Variant::Correct;
@@ -78,4 +81,25 @@ fn loom_exposing_scenarios_pass_on_the_correct_store() {
             exploration.failure
         );
     }
+}
+
+#[test]
+fn loom_finds_release_on_abandon() {
+    let story = finds(Variant::ReleaseOnAbandon, &[Invariant::I7]);
+    // The story names the cause: the abandoned holder's key was handed on before its lease
+    // ended.
+    assert!(story.contains("ABANDONED"), "{story}");
+    assert!(story.contains("before c0.0's lease ended"), "{story}");
+}
+
+#[test]
+fn loom_finds_panic_releases() {
+    let story = finds(Variant::PanicReleases, &[Invariant::Panic]);
+    assert!(story.contains("PANICKED"), "{story}");
+}
+
+#[test]
+fn loom_finds_corrupt_fails_open() {
+    let story = finds(Variant::CorruptFailsOpen, &[Invariant::Corrupt]);
+    assert!(story.contains("CORRUPT"), "{story}");
 }

@@ -1,18 +1,22 @@
 //! loom: every schedule (up to the preemption bound) of two and three callers on one key,
 //! driving the real attempt machine against the real record machine, with a clock thread
-//! that can make the lease run out between any two steps. Each run is judged against
+//! that can make the lease run out between any two steps, and the abnormal ends a driver
+//! must handle: panics, callers that go away (the attempt abandoned and its settlement
+//! pumped), hung commands given up at the attempt's own reply deadline, and a key that
+//! holds a corrupt value. Each run is judged against
 //! MODEL.md's invariants; each test prints the number of schedules explored and the paths
 //! they reached, and asserts the paths it is about were reached.
 //!
 //! Bounds: two callers (four loom threads with the clock and the main thread) at preemption
-//! bound 3, three callers (five threads, loom's limit) at bound 2; the failing-then-retrying
-//! caller, whose two attempts double the steps, at bound 2. Together about 230,000 schedules,
-//! under a minute on two cores.
+//! bound 3, three callers (five threads, loom's limit) at bound 2; a caller making two
+//! attempts (failing then retrying, or going away mid-reserve then retrying), whose steps
+//! double, at bound 2, as is the corrupt key, where every command is answered at once.
+//! Together about 300,000 schedules, under a minute on two cores.
 
-use idem_core::{InFlightPolicy, Options, Outcome, StoreFailurePolicy};
+use idem_core::{CommandKind, InFlightPolicy, Options, Outcome, StoreFailurePolicy};
 use idem_tests::caller::{Action, CallerPlan, Fault, FaultKind};
 use idem_tests::scenario::{LEASE_MS, model_options};
-use idem_tests::{Exploration, History, Scenario, Variant, loom_explore};
+use idem_tests::{EventKind, Exploration, History, Scenario, Variant, loom_explore};
 
 fn options() -> Options {
     model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)
@@ -25,7 +29,7 @@ fn store_unreachable() -> Vec<Fault> {
     (0..2)
         .map(|nth| Fault {
             attempt: 0,
-            command: "reserve",
+            command: CommandKind::Reserve,
             nth,
             kind: FaultKind::Unreachable,
         })
@@ -40,6 +44,7 @@ fn one_key(callers: Vec<CallerPlan>) -> Scenario {
     Scenario {
         variant: Variant::Correct,
         keys: 1,
+        corrupt_keys: Vec::new(),
         callers,
         clock_ticks: vec![LEASE_MS],
     }
@@ -159,13 +164,13 @@ fn loom_two_callers_lost_replies() {
     unlucky.faults = vec![
         Fault {
             attempt: 0,
-            command: "reserve",
+            command: CommandKind::Reserve,
             nth: 0,
             kind: FaultKind::ReplyLost,
         },
         Fault {
             attempt: 0,
-            command: "complete",
+            command: CommandKind::Complete,
             nth: 0,
             kind: FaultKind::ReplyLost,
         },
@@ -194,7 +199,7 @@ fn loom_two_callers_lost_reserve_reply_slow_action() {
     unlucky.action_wakeups = 2;
     unlucky.faults = vec![Fault {
         attempt: 0,
-        command: "reserve",
+        command: CommandKind::Reserve,
         nth: 0,
         kind: FaultKind::ReplyLost,
     }];
@@ -231,7 +236,7 @@ fn loom_two_callers_fail_closed() {
         &one_key(vec![cut_off, caller()]),
         3,
         None,
-        &["store_unavailable", "executed"],
+        &["store_unavailable", "executed", "abandoned"],
     );
 }
 
@@ -302,4 +307,154 @@ fn loom_three_callers_crash_and_failure() {
         None,
         &["crashes", "action_failed", "takeovers", "executed"],
     );
+}
+
+/// The holder's caller goes away (attached mode) after its action charged and renewed once:
+/// the driver abandons the attempt and pumps its settlement, which sends nothing and leaves
+/// the key to its lease. The other caller takes the key over only once that lease has
+/// ended on the store's clock, and its charge is the one `I7` allows for the dropped action.
+#[test]
+fn loom_two_callers_holder_abandoned_mid_action() {
+    let mut leaving = caller();
+    leaving.actions = vec![Action::AbandonAfterCharge];
+    leaving.action_wakeups = 2;
+    passes(
+        "loom_two_callers_holder_abandoned_mid_action",
+        &one_key(vec![leaving, caller()]),
+        3,
+        Some(the_dropped_action_sent_nothing),
+        &[
+            "abandoned",
+            "actions_dropped",
+            "renewals",
+            "takeovers",
+            "repeated_effects",
+            "executed",
+            "replayed",
+        ],
+    );
+}
+
+/// A settlement of an action dropped mid-run sends nothing: every store command of the
+/// abandoned attempt comes before its abandonment.
+fn the_dropped_action_sent_nothing(history: &History) -> Result<(), String> {
+    let abandoned = history
+        .events
+        .iter()
+        .position(|e| e.who.caller == 0 && matches!(e.kind, EventKind::Abandoned));
+    let sent_after = history.events.iter().enumerate().find(|(index, e)| {
+        e.who.caller == 0
+            && abandoned.is_some_and(|at| index > &at)
+            && matches!(e.kind, EventKind::Store { .. })
+    });
+    match sent_after {
+        Some((index, _)) => Err(format!("the abandoned holder sent a command at #{index}")),
+        None => Ok(()),
+    }
+}
+
+/// The first caller goes away while its reserve is out (the reserve lands, its reply is
+/// dropped), and its client retries: the settlement releases what the reserve may have
+/// taken, and nothing runs until a reservation does.
+#[test]
+fn loom_two_callers_abandoned_mid_reserve() {
+    let mut leaving = caller();
+    leaving.actions = vec![Action::AbandonMidReserve, Action::Succeed];
+    leaving.attempts = 2;
+    passes(
+        "loom_two_callers_abandoned_mid_reserve",
+        &one_key(vec![leaving, caller()]),
+        2,
+        None,
+        &["abandoned", "settlement_releases", "executed", "replayed"],
+    );
+}
+
+/// One caller's action charges and then panics, the other's panics before charging: each
+/// key is completed "outcome unknown", never released, and an identical retry is answered
+/// "outcome unknown" instead of running again.
+#[test]
+fn loom_two_callers_actions_panic() {
+    let mut after = caller();
+    after.actions = vec![Action::PanicAfterCharge];
+    let mut before = caller();
+    before.actions = vec![Action::PanicBeforeCharge];
+    passes(
+        "loom_two_callers_actions_panic",
+        &one_key(vec![after, before]),
+        3,
+        None,
+        &["panicked", "unknown_replays", "takeovers", "lease_lost"],
+    );
+}
+
+/// The store never answers three of the holder's commands: its reserve and its first
+/// renewal (each lands as the caller gives it up, later than the attempt can count on) and
+/// its first complete (which never lands). The caller only waits until each command's
+/// `reply_by`; the attempt gives each up itself and retries, and its lease accounting stays
+/// honest.
+#[test]
+fn loom_two_callers_hung_commands() {
+    let mut unlucky = caller();
+    unlucky.action_wakeups = 2;
+    unlucky.faults = [
+        (CommandKind::Reserve, true),
+        (CommandKind::Renew, true),
+        (CommandKind::Complete, false),
+    ]
+    .into_iter()
+    .map(|(command, applied)| Fault {
+        attempt: 0,
+        command,
+        nth: 0,
+        kind: FaultKind::Hung { applied },
+    })
+    .collect();
+    passes(
+        "loom_two_callers_hung_commands",
+        &one_key(vec![unlucky, caller()]),
+        3,
+        None,
+        &[
+            "hung",
+            "renewals",
+            "lease_lost",
+            "lease_views",
+            "executed",
+            "replayed",
+        ],
+    );
+}
+
+/// The key holds a corrupt value: a caller failing open and one failing closed are both
+/// answered `CorruptRecord` at their first reserve, and nothing runs.
+#[test]
+fn loom_two_callers_corrupt_key() {
+    let closed =
+        model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailClosed).expect("valid");
+    let mut scenario = one_key(vec![caller(), CallerPlan::new(0, 0, closed)]);
+    scenario.corrupt_keys = vec![0];
+    let exploration = passes(
+        "loom_two_callers_corrupt_key",
+        &scenario,
+        2,
+        Some(only_corrupt_record),
+        &["corrupt"],
+    );
+    assert_eq!(
+        exploration.coverage.corrupt,
+        2 * exploration.coverage.runs,
+        "every caller ends CorruptRecord"
+    );
+}
+
+fn only_corrupt_record(history: &History) -> Result<(), String> {
+    match history
+        .outcomes()
+        .find(|(_, o)| **o != Outcome::CorruptRecord)
+    {
+        Some((event, outcome)) => Err(format!("{} ended {outcome:?}", event.who)),
+        None if history.charges(0) > 0 => Err("a corrupt key was charged".into()),
+        None => Ok(()),
+    }
 }
