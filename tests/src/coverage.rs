@@ -88,8 +88,10 @@ impl Coverage {
                         c.lease_lost += u64::from(execution.lease_lost);
                     }
                     Outcome::CorruptRecord => c.corrupt += 1,
-                    // Only a settlement ends so.
-                    Outcome::Abandoned(_) => {}
+                    // Only a settlement ends so; these worlds run no transactional actions.
+                    Outcome::Abandoned(_)
+                    | Outcome::RolledBack { .. }
+                    | Outcome::CommitUnknown => {}
                 },
                 EventKind::Crashed => c.crashes += 1,
                 EventKind::Abandoned => {

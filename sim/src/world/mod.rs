@@ -846,7 +846,11 @@ impl<'p> World<'p> {
                 self.exercised(Exercised::FailClosed);
                 Response::StoreUnavailable
             }
-            Outcome::Panicked(_) | Outcome::CorruptRecord | Outcome::Abandoned(_) => {
+            Outcome::Panicked(_)
+            | Outcome::CorruptRecord
+            | Outcome::Abandoned(_)
+            | Outcome::RolledBack { .. }
+            | Outcome::CommitUnknown => {
                 self.violation(
                     Check::DriverProtocol,
                     format!("w{worker} ended in an outcome this world never causes: {outcome:?}"),
