@@ -263,3 +263,29 @@ fn the_confirmed_lease_end_is_known_only_while_the_action_runs_under_it() {
     let _ = a.poll(at(10));
     assert_eq!(a.lease_confirmed_until(), None);
 }
+
+#[test]
+fn a_give_up_is_reported_once_even_when_the_same_poll_sends_the_next_command() {
+    let mut store = None;
+    let options = Options::default();
+    let mut a = common::attempt(1, options.clone(), 0);
+    assert_eq!(until_run_or_done(&mut a, &mut store, 0), Step::Run);
+    let renew_at = options.renew_every().as_millis() as u64;
+    let Step::Send { reply_by, .. } = a.poll(at(renew_at)) else {
+        panic!("expected a renewal")
+    };
+    a.handle_action_result(ActionResult::Succeeded(Body::new("ch_1")), at(renew_at + 1))
+        .unwrap();
+    assert_eq!(a.take_given_up(), None);
+    // At the renewal's deadline: given up, and the complete goes out in the same poll.
+    let Step::Send {
+        command: Command::Complete { .. },
+        ..
+    } = a.poll(reply_by)
+    else {
+        panic!("expected the complete")
+    };
+    assert!(a.awaiting_reply(), "the complete is awaited now");
+    assert_eq!(a.take_given_up(), Some(idem_core::CommandKind::Renew));
+    assert_eq!(a.take_given_up(), None);
+}

@@ -132,10 +132,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         loop {
             let now = self.clock.now();
             let step = self.guard.attempt.poll(now);
-            if let Some(kind) = sent
-                && !self.guard.attempt.awaiting_reply()
-            {
-                // Rule 12: the attempt gave the command up at its reply deadline.
+            if let Some(kind) = self.guard.attempt.take_given_up() {
+                // Rule 12: the attempt gave the command up at its reply deadline (and may
+                // have sent the next one in the same poll).
                 command.set(Fuse::terminated());
                 sent = None;
                 self.metrics.store_error(kind);

@@ -582,3 +582,22 @@ fn a_claim_read_after_a_pause_past_its_lease_says_unconfirmed() {
         );
     });
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_given_up_in_the_poll_that_sends_the_complete_is_counted() {
+    // The renewal at 10 s never answers; the action ends at 10.2 s, so the poll at the
+    // renewal's deadline gives it up and sends the complete at once.
+    let store = FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..1, Fault::Hang);
+    let coordinator = Coordinator::new(store, Options::default()).with_seed(26);
+    let value = coordinator
+        .execute(OP, "k", fingerprint("o", 1), |_claim| async {
+            tokio::time::sleep(Duration::from_millis(10_200)).await;
+            Ok::<_, ProviderTimeout>(5)
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, 5);
+    let counted = coordinator.metrics();
+    assert_eq!(counted.store_errors.renew, 1);
+    assert_eq!(counted.store_errors.total(), 1);
+}

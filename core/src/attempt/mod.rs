@@ -74,6 +74,8 @@ pub struct Attempt {
     abandoned: bool,
     /// The action's effect is writes that commit with its complete ([`Attempt::in_transaction`]).
     transactional: bool,
+    /// The command given up at its reply deadline by the last `poll`, not yet taken.
+    given_up: Option<CommandKind>,
 }
 
 /// The command awaiting its reply.
@@ -179,6 +181,7 @@ impl Attempt {
             lease_lost: false,
             abandoned: false,
             transactional: false,
+            given_up: None,
         }
     }
 
@@ -221,6 +224,14 @@ impl Attempt {
     /// driver drops the command and never feeds its reply.
     pub fn awaiting_reply(&self) -> bool {
         self.outstanding.is_some()
+    }
+
+    /// The command the last [`poll`](Self::poll) gave up because its reply deadline had
+    /// passed, once: a driver drops that command (its reply must never be fed) and may count
+    /// and log the give-up. The same `poll` may already have sent the next command, so
+    /// [`awaiting_reply`](Self::awaiting_reply) alone does not tell.
+    pub fn take_given_up(&mut self) -> Option<CommandKind> {
+        self.given_up.take()
     }
 
     /// Whether the driver [abandoned](Self::abandon) the attempt.
@@ -277,6 +288,7 @@ impl Attempt {
             }
             // Rule 12: the reply deadline is the machine's. The command may still be
             // applied; every command is safe to repeat.
+            self.given_up = Some(outstanding.kind);
             self.fail_outstanding(now);
         }
         match &mut self.phase {
