@@ -9,7 +9,7 @@ use crate::tally::{Class, Tally, UnknownName, parse_name};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
     /// Store requests lost before they are applied, replies lost after, replies delayed
-    /// past the caller's command timeout.
+    /// past the attempt's reply deadline.
     Network,
     /// Windows in which the store refuses every command.
     Outage,

@@ -3,8 +3,10 @@
 //! Many callers send requests under a few keys; each request is a real
 //! [`idem_core::Attempt`] driven over a simulated network (delay, lost requests, replies
 //! lost after the store applied the command, late replies) to a store node that applies the
-//! real [`idem_core::record::apply`] at its own clock. Clients time out and retry with the
-//! same key; actions are slow, fail, crash or pause past their lease; the store has outages;
+//! real [`idem_core::record::apply`] at its own clock. Every timer is the attempt's: the
+//! world wakes a worker at the instant the attempt names, and the attempt gives up a
+//! command whose reply has not come by its own deadline. Clients time out and retry with
+//! the same key; actions are slow, fail, crash or pause past their lease; the store has outages;
 //! results outlive their retention. A provider keeps the card statement.
 //!
 //! Every run checks MODEL.md's invariants as it goes (see [`Check`]) and, at the end,

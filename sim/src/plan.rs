@@ -79,7 +79,7 @@ pub struct ClientPlan {
     pub amount: u32,
     /// The request's fingerprint.
     pub fingerprint: Fingerprint,
-    /// The options its attempts run with.
+    /// The options its attempts run with (their reply deadline included).
     pub options: Options,
     /// After how long without an answer it retries with the same key (`None`: it waits).
     pub timeout: Option<u64>,
@@ -106,11 +106,9 @@ pub struct NetworkPlan {
     pub request_lost: u64,
     /// Chance (per mille) that a reply is lost after the store applied the command.
     pub reply_lost: u64,
-    /// Chance (per mille) that a reply is delayed past the command timeout.
+    /// Chance (per mille) that a reply is delayed past the attempt's reply deadline (by
+    /// one to ten of its reply timeouts).
     pub reply_late: u64,
-    /// How long a caller waits for a store reply before treating the command as failed
-    /// (outcome unknown), ms.
-    pub command_timeout: u64,
 }
 
 impl NetworkPlan {
@@ -122,13 +120,7 @@ impl NetworkPlan {
             request_lost: 0,
             reply_lost: 0,
             reply_late: 0,
-            command_timeout: 100,
         }
-    }
-
-    /// The longest a message may take, late replies included.
-    pub fn longest_delay(&self) -> u64 {
-        self.max_delay.max(self.command_timeout * 15)
     }
 }
 
@@ -240,7 +232,6 @@ impl Plan {
                 request_lost: 30,
                 reply_lost: 30,
                 reply_late: 20,
-                command_timeout: 100,
             }
         } else {
             NetworkPlan {
@@ -281,6 +272,7 @@ impl Plan {
                 .backoff_initial(Duration::from_millis(10))
                 .backoff_max(Duration::from_millis(200))
                 .store_retries(rng.below(4) as u32)
+                .reply_timeout(Duration::from_millis(rng.between(50, 200)))
                 .build()
                 .map_err(PlanError::Options)?;
             let retries = on(FaultKind::Retries);

@@ -199,7 +199,8 @@ impl World<'_> {
             && let Some(crashed_at) = self.workers[holder].crashed_at
         {
             let lease = self.workers[holder].attempt.options().lease().as_millis() as u64;
-            let bound = crashed_at + lease + self.plan.network.longest_delay();
+            // A renewal sent just before the crash lands within one network delay.
+            let bound = crashed_at + lease + self.plan.network.max_delay;
             if self.now > bound {
                 fail(
                     self,

@@ -61,10 +61,6 @@ enum Event {
         cmd: u32,
         reply: Option<Reply>,
     },
-    CommandTimeout {
-        worker: u32,
-        cmd: u32,
-    },
     Effect {
         worker: u32,
     },
@@ -135,7 +131,8 @@ struct Worker {
     attempt: Attempt,
     /// What the provider does when the action runs.
     action: ActionPlan,
-    /// The command awaiting a reply or a timeout (replies to older ones are late).
+    /// The command awaiting a reply (replies to older ones, or to one the attempt gave up
+    /// at its reply deadline, are late).
     outstanding: Option<u32>,
     next_cmd: u32,
     /// The one wake-up that counts; other queued wake-ups are stale.
@@ -246,7 +243,8 @@ impl<'p> World<'p> {
             let _ = writeln!(
                 out,
                 "  c{i}: at {}ms key {} amount {} clock +{}ms, {:?} {:?}, lease {:?}, \
-                 wait {:?}, store retries {}, timeout {:?}, tries {}, late retry {:?}",
+                 wait {:?}, store retries {}, reply timeout {:?}, timeout {:?}, tries {}, \
+                 late retry {:?}",
                 client.start,
                 client.slot,
                 client.amount,
@@ -256,6 +254,7 @@ impl<'p> World<'p> {
                 options.lease(),
                 options.wait_deadline(),
                 options.store_retries(),
+                options.reply_timeout(),
                 client.timeout,
                 client.max_tries,
                 client.late_retry
@@ -373,7 +372,6 @@ impl<'p> World<'p> {
             Event::Wake { worker }
             | Event::Resume { worker }
             | Event::Reply { worker, .. }
-            | Event::CommandTimeout { worker, .. }
             | Event::ActionDone { worker }
             | Event::Pause { worker, .. }
             | Event::Notice { worker } => *worker as usize,
@@ -421,17 +419,6 @@ impl<'p> World<'p> {
                     Some(reply) => self.workers[worker].attempt.handle_reply(reply, now),
                     None => self.workers[worker].attempt.handle_store_error(now),
                 };
-                self.fed(worker, fed);
-                self.drive(worker);
-            }
-            Event::CommandTimeout { cmd, .. } => {
-                if self.workers[worker].outstanding != Some(cmd) {
-                    return;
-                }
-                trace!(self, "w{worker} times out on #{cmd}");
-                self.workers[worker].outstanding = None;
-                let now = Timestamp::from_millis(self.caller_now(worker));
-                let fed = self.workers[worker].attempt.handle_store_error(now);
                 self.fed(worker, fed);
                 self.drive(worker);
             }
@@ -557,10 +544,12 @@ impl<'p> World<'p> {
             let step = self.workers[worker]
                 .attempt
                 .poll(Timestamp::from_millis(clock));
-            if !self.workers[worker].attempt.awaiting_reply() {
-                // The attempt gave its command up at its reply deadline (or has none out):
-                // a reply or timeout of that command is late from now on.
-                self.workers[worker].outstanding = None;
+            if !self.workers[worker].attempt.awaiting_reply()
+                && let Some(cmd) = self.workers[worker].outstanding.take()
+            {
+                // The attempt gave the command up at its reply deadline: a reply to it is
+                // late from now on.
+                trace!(self, "w{worker} gives #{cmd} up at its reply deadline");
             }
             self.check_lease(worker, clock);
             match step {
@@ -597,13 +586,6 @@ impl<'p> World<'p> {
         let cmd = w.next_cmd;
         w.outstanding = Some(cmd);
         trace!(self, "w{worker} sends #{cmd} {}", command.name());
-        self.at(
-            self.now + network.command_timeout,
-            Event::CommandTimeout {
-                worker: worker as u32,
-                cmd,
-            },
-        );
         if self.rng.chance(network.request_lost) {
             self.exercised(Exercised::RequestLost);
             trace!(self, "#{cmd} of w{worker} is lost before the store");
@@ -728,9 +710,10 @@ impl<'p> World<'p> {
         let mut delay = reply_delay(&mut self.rng);
         if self.rng.chance(network.reply_late) {
             self.exercised(Exercised::ReplyLate);
-            delay += self
-                .rng
-                .between(network.command_timeout, network.command_timeout * 10);
+            // Past the attempt's own reply deadline: by one to ten reply timeouts.
+            let timeout = self.workers[worker].attempt.options().reply_timeout();
+            let timeout = timeout.as_millis() as u64;
+            delay += self.rng.between(timeout, timeout * 10);
         }
         self.at(
             self.now + delay,
