@@ -29,11 +29,15 @@ pub enum FaultKind {
     Retries,
     /// Callers whose clocks are skewed from each other and from the store's.
     Skew,
+    /// Callers that go away at a chosen point of their try (mid-reserve, while waiting,
+    /// mid-action, mid-complete, mid-release). An attached call is abandoned with its
+    /// action; a detached one runs on. Either way the client retries with the same key.
+    Abandon,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -44,6 +48,7 @@ impl FaultKind {
         FaultKind::Retention,
         FaultKind::Retries,
         FaultKind::Skew,
+        FaultKind::Abandon,
     ];
 
     /// The name used on the command line.
@@ -59,6 +64,7 @@ impl FaultKind {
             FaultKind::Retention => "retention",
             FaultKind::Retries => "retries",
             FaultKind::Skew => "skew",
+            FaultKind::Abandon => "abandon",
         }
     }
 
@@ -148,6 +154,27 @@ impl Default for Faults {
 pub enum Exercised {
     /// A client timed out and retried with the same key while its first try still ran.
     ClientRetry,
+    /// The caller of a detached try went away while the try still ran: the client retried,
+    /// and the service ran the try on to its end and recorded it.
+    DetachedCallerGone,
+    /// The caller of an attached try went away while its reserve was out (or due): the
+    /// attempt was abandoned before any action ran.
+    AbandonMidReserve,
+    /// The caller of an attached try went away while the try waited for another holder.
+    AbandonWhileWaiting,
+    /// An attached action was dropped before its effect, its provider request not yet
+    /// sent: nothing was charged.
+    AbandonBeforeEffect,
+    /// An attached action was dropped before its effect with its provider request already
+    /// in flight: the charge landed anyway.
+    AbandonChargeInFlight,
+    /// An attached action was dropped after its effect.
+    AbandonAfterEffect,
+    /// The caller of an attached try went away while its result was being recorded.
+    AbandonMidComplete,
+    /// The caller of an attached try went away while its failure's release was out (or
+    /// due).
+    AbandonMidRelease,
     /// A client retried after its record's retention had run out.
     LateRetry,
     /// A store request was lost before the store applied it.
@@ -174,6 +201,9 @@ pub enum Exercised {
     FailOpen,
     /// A caller got `StoreUnavailable` and ran nothing (fail-closed).
     FailClosed,
+    /// After a fail-closed `StoreUnavailable`, the attempt was settled: the reservation one
+    /// of its failed reserves may have left was released.
+    FailClosedRelease,
     /// A reserve met an identical request in flight.
     InFlight,
     /// A caller was answered `InProgress`.
@@ -200,8 +230,16 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 25] = [
+    pub const ALL: [Exercised; 34] = [
         Exercised::ClientRetry,
+        Exercised::DetachedCallerGone,
+        Exercised::AbandonMidReserve,
+        Exercised::AbandonWhileWaiting,
+        Exercised::AbandonBeforeEffect,
+        Exercised::AbandonChargeInFlight,
+        Exercised::AbandonAfterEffect,
+        Exercised::AbandonMidComplete,
+        Exercised::AbandonMidRelease,
         Exercised::LateRetry,
         Exercised::RequestLost,
         Exercised::ReplyLost,
@@ -215,6 +253,7 @@ impl Exercised {
         Exercised::KeyReuse,
         Exercised::FailOpen,
         Exercised::FailClosed,
+        Exercised::FailClosedRelease,
         Exercised::InFlight,
         Exercised::InProgress,
         Exercised::LeaseTakeover,
@@ -232,6 +271,14 @@ impl Exercised {
     pub fn name(self) -> &'static str {
         match self {
             Exercised::ClientRetry => "client-retry",
+            Exercised::DetachedCallerGone => "detached-caller-gone",
+            Exercised::AbandonMidReserve => "abandon-mid-reserve",
+            Exercised::AbandonWhileWaiting => "abandon-while-waiting",
+            Exercised::AbandonBeforeEffect => "abandon-before-effect",
+            Exercised::AbandonChargeInFlight => "abandon-charge-in-flight",
+            Exercised::AbandonAfterEffect => "abandon-after-effect",
+            Exercised::AbandonMidComplete => "abandon-mid-complete",
+            Exercised::AbandonMidRelease => "abandon-mid-release",
             Exercised::LateRetry => "late-retry",
             Exercised::RequestLost => "request-lost",
             Exercised::ReplyLost => "reply-lost",
@@ -245,6 +292,7 @@ impl Exercised {
             Exercised::KeyReuse => "key-reuse",
             Exercised::FailOpen => "fail-open",
             Exercised::FailClosed => "fail-closed",
+            Exercised::FailClosedRelease => "fail-closed-release",
             Exercised::InFlight => "in-flight",
             Exercised::InProgress => "in-progress",
             Exercised::LeaseTakeover => "lease-takeover",
@@ -289,5 +337,10 @@ mod tests {
         assert_eq!(err.given, "gremlins");
         assert!(err.to_string().contains("key-reuse"));
         assert!(!Faults::all().without(FaultKind::Skew).has(FaultKind::Skew));
+        let abnormal = Faults::parse_list("abandon").unwrap();
+        assert!(abnormal.has(FaultKind::Abandon) && !abnormal.has(FaultKind::Outage));
+        for kind in FaultKind::ALL {
+            assert_eq!(kind.name().parse::<FaultKind>(), Ok(kind));
+        }
     }
 }

@@ -28,6 +28,41 @@ pub struct Slot {
     pub key: Key,
 }
 
+/// A point in a try at which its caller goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerGone {
+    /// The stage of the try whose start the delay counts from.
+    pub stage: Stage,
+    /// How long after the try first reaches `stage` the caller goes away, ms.
+    pub after: u64,
+}
+
+/// A stage of a try, as the service sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// A reserve is out, or due.
+    Reserve,
+    /// Another holder has the key and the try waits for it.
+    Waiting,
+    /// The action runs.
+    Action,
+    /// The result is being recorded.
+    Complete,
+    /// A failure's reservation is being released.
+    Release,
+}
+
+impl Stage {
+    /// Every stage, in the order of a try.
+    pub const ALL: [Stage; 5] = [
+        Stage::Reserve,
+        Stage::Waiting,
+        Stage::Action,
+        Stage::Complete,
+        Stage::Release,
+    ];
+}
+
 /// One action as the provider will carry it out, relative to its start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActionPlan {
@@ -44,6 +79,8 @@ pub struct ActionPlan {
     pub crash_at: Option<u64>,
     /// When, after the start, the holder pauses, and for how long.
     pub pause: Option<(u64, u64)>,
+    /// Where in this try the caller goes away, if it does.
+    pub caller_gone: Option<CallerGone>,
 }
 
 impl ActionPlan {
@@ -56,6 +93,7 @@ impl ActionPlan {
             effect_at: duration.saturating_sub(1),
             crash_at: None,
             pause: None,
+            caller_gone: None,
         }
     }
 
@@ -81,7 +119,13 @@ pub struct ClientPlan {
     pub fingerprint: Fingerprint,
     /// The options its attempts run with (their reply deadline included).
     pub options: Options,
-    /// After how long without an answer it retries with the same key (`None`: it waits).
+    /// Whether the service runs its tries attached to the caller: a caller that goes away
+    /// drops the action with it, and the service abandons the attempt
+    /// (`Attempt::abandon`). Detached (the tokio driver's default), the try runs on to its
+    /// end and is recorded.
+    pub attached: bool,
+    /// After how long without an answer it goes away and retries with the same key
+    /// (`None`: it waits).
     pub timeout: Option<u64>,
     /// After an answer worth retrying (failure, in progress, unavailable), how long it waits.
     pub retry_delay: u64,
@@ -281,12 +325,14 @@ impl Plan {
             for _ in 0..=max_tries {
                 actions.push(random_action(rng, faults, lease));
             }
+            let attached = on(FaultKind::Abandon) && rng.chance(500);
             clients.push(ClientPlan {
                 start: rng.below(1_500),
                 slot,
                 amount,
                 fingerprint,
                 options,
+                attached,
                 timeout: retries.then(|| rng.between(100, 4_000)),
                 retry_delay: rng.between(10, 300),
                 max_tries,
@@ -320,6 +366,17 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
     let crash_at = (on(FaultKind::Crash) && rng.chance(70)).then(|| rng.below(duration));
     let pause = (on(FaultKind::Pause) && rng.chance(80))
         .then(|| (rng.below(duration), lease + rng.between(200, 2_000)));
+    let caller_gone = (on(FaultKind::Abandon) && rng.chance(150)).then(|| {
+        let stage = Stage::ALL[rng.below(Stage::ALL.len() as u64) as usize];
+        let after = match stage {
+            // Most replies come within 40 ms: mostly while the command is out.
+            Stage::Reserve | Stage::Complete | Stage::Release => rng.below(30),
+            Stage::Waiting => rng.below(400),
+            // Before or after the effect, now and then after the action's end.
+            Stage::Action => rng.below(duration + 20),
+        };
+        CallerGone { stage, after }
+    });
     ActionPlan {
         duration,
         fails,
@@ -327,5 +384,6 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
         effect_at,
         crash_at,
         pause,
+        caller_gone,
     }
 }

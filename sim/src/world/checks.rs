@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use idem_core::record::Write;
 use idem_core::{
-    Command, Completion, Fingerprint, LeaseState, Outcome, OwnerToken, Protection, Record,
-    Recording, Reply, Timestamp,
+    Abandonment, Command, Completion, Fingerprint, LeaseState, Outcome, OwnerToken, Protection,
+    Record, Recording, Reply, Timestamp,
 };
 
 use super::World;
@@ -84,6 +84,18 @@ impl World<'_> {
         if !succeeded {
             let detail = format!("w{worker} records {body:?} without a successful action");
             self.violation(Check::FailuresNotRecorded, detail);
+        }
+    }
+
+    /// Rule 11: an owner whose action may have had its effect never gives its key back: not
+    /// after its action was dropped mid-run.
+    pub(super) fn check_abnormal_command(&mut self, worker: usize, command: &Command) {
+        if !matches!(command, Command::Release { .. }) {
+            return;
+        }
+        if self.workers[worker].dropped_at.is_some() {
+            let detail = format!("w{worker} releases its key after its action was dropped mid-run");
+            self.violation(Check::DroppedActionKeepsKey, detail);
         }
     }
 
@@ -193,14 +205,17 @@ impl World<'_> {
         {
             fail(self, Check::LeaseNeverShrinks, "the lease shrank");
         }
-        // I6: a crashed holder's reservation is not reported in flight past its lease.
+        // I6: the reservation of a holder that stopped renewing (it crashed, or its action
+        // was dropped) is not reported in flight past its lease, counted from the last
+        // renewal it may have sent then.
         if let (Reply::InFlight { .. }, Some(Record::Pending { owner, .. })) = (reply, live)
             && let Some(holder) = self.worker_of(*owner)
-            && let Some(crashed_at) = self.workers[holder].crashed_at
+            && let Some(stopped_at) = self.workers[holder]
+                .crashed_at
+                .or(self.workers[holder].dropped_at)
         {
             let lease = self.workers[holder].attempt.options().lease().as_millis() as u64;
-            // A renewal sent just before the crash lands within one network delay.
-            let bound = crashed_at + lease + self.plan.network.max_delay;
+            let bound = stopped_at + lease + self.plan.network.max_delay;
             if self.now > bound {
                 fail(
                     self,
@@ -282,7 +297,7 @@ impl World<'_> {
         let extras = charges.len() - 1;
         let mut causes = Vec::with_capacity(charges.len());
         for (i, charge) in charges.iter().enumerate() {
-            let cause = self.cause_of(charge.worker as usize).or_else(|| {
+            let cause = self.cause_of(charge.worker as usize, &charges).or_else(|| {
                 let at = charge.at + self.plan.store_offset;
                 charges[..i]
                     .iter()
@@ -318,11 +333,32 @@ impl World<'_> {
     }
 
     /// The allowed cause a charge by `worker` brings with it, if any: each such charge
-    /// allows one extra charge of its key.
-    pub(super) fn cause_of(&self, worker: usize) -> Option<Cause> {
+    /// allows one extra charge of its key (`charges`, every charge of the key).
+    ///
+    /// A holder that crashed, or whose action was dropped mid-run, leaves its key held
+    /// until its lease ends: its charge explains another only when the holder of another
+    /// charge got the key at or after that lease end, on the store's clock.
+    pub(super) fn cause_of(&self, worker: usize, charges: &[Charge]) -> Option<Cause> {
         let w = &self.workers[worker];
-        if w.crashed_at.is_some() {
-            return Some(Cause::HolderCrashed);
+        if w.unprotected {
+            return Some(Cause::FailOpen);
+        }
+        let gone = if w.crashed_at.is_some() {
+            Some(Cause::HolderCrashed)
+        } else if w.outcome == Some(Outcome::Abandoned(Abandonment::ActionDropped)) {
+            Some(Cause::AbandonedMidAction)
+        } else {
+            None
+        };
+        if let Some(cause) = gone {
+            let lease_end = w.lease_end?;
+            let taken_over = charges.iter().any(|other| {
+                other.worker as usize != worker
+                    && self.workers[other.worker as usize]
+                        .granted_at
+                        .is_some_and(|granted| granted >= lease_end)
+            });
+            return taken_over.then_some(cause);
         }
         match &w.outcome {
             Some(Outcome::Executed(execution)) => {

@@ -1,0 +1,209 @@
+//! Abnormal ends, one hand-written run each: a caller that goes away, attached and
+//! detached. Each run is checked for what the client is answered and what is charged, and
+//! each deliberately broken driver is caught on the same run.
+
+use std::time::Duration;
+
+use idem_sim::{
+    ActionPlan, CallerGone, Cause, Check, ClientPlan, Exercised, NetworkPlan, Plan, Response,
+    RunReport, Slot, Stage, Variant, run_plan,
+};
+
+use idem_core::{Fingerprint, Key, Operation, Options, StoreFailurePolicy};
+
+/// The caller's clock is this far ahead of simulated time; the store's another way.
+const CALLER_EPOCH: u64 = 10_000_000;
+
+fn options(on_store_failure: StoreFailurePolicy) -> Options {
+    Options::builder()
+        .lease(Duration::from_secs(1))
+        .retention(Duration::from_secs(60))
+        .on_store_failure(on_store_failure)
+        .store_retries(1)
+        .build()
+        .unwrap()
+}
+
+/// A client of key `order-1` that sends at `start` and takes `actions` in turn.
+fn client(start: u64, attached: bool, actions: Vec<ActionPlan>) -> ClientPlan {
+    ClientPlan {
+        start,
+        slot: 0,
+        amount: 100,
+        fingerprint: Fingerprint::of_bytes(b"order-1|100"),
+        options: options(StoreFailurePolicy::FailOpen),
+        attached,
+        timeout: None,
+        retry_delay: 10,
+        max_tries: actions.len() as u32,
+        late_retry: None,
+        clock_offset: CALLER_EPOCH,
+        actions,
+    }
+}
+
+fn plan(clients: Vec<ClientPlan>) -> Plan {
+    Plan {
+        slots: vec![Slot {
+            operation: Operation::new("payment.charge").unwrap(),
+            key: Key::new("order-1").unwrap(),
+        }],
+        clients,
+        network: NetworkPlan::reliable(1),
+        outages: Vec::new(),
+        store_offset: 1_000_000,
+        notices: false,
+    }
+}
+
+/// A 300 ms charge that takes effect at 100 ms.
+fn charge() -> ActionPlan {
+    ActionPlan {
+        effect_at: 100,
+        ..ActionPlan::charge(300)
+    }
+}
+
+/// A 300 ms charge whose caller goes away `after` ms into it.
+fn charge_gone_after(after: u64) -> ActionPlan {
+    ActionPlan {
+        caller_gone: Some(CallerGone {
+            stage: Stage::Action,
+            after,
+        }),
+        ..charge()
+    }
+}
+
+fn answers(report: &RunReport) -> Vec<String> {
+    report.responses[0]
+        .iter()
+        .map(|r| r.as_ref().map_or("-".to_owned(), Response::to_string))
+        .collect()
+}
+
+fn checks(report: &RunReport) -> Vec<Check> {
+    report.violations.iter().map(|v| v.check).collect()
+}
+
+#[test]
+fn an_attached_call_dropped_after_its_effect_keeps_its_key_until_the_lease_ends() {
+    let plan = plan(vec![client(
+        0,
+        true,
+        vec![charge_gone_after(200), charge()],
+    )]);
+    let report = run_plan(&plan, Variant::Correct, 0, true);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    // The dropped try answers nobody; the retry waits out the lease and charges again.
+    assert_eq!(answers(&report), ["-", "ch_2"]);
+    assert_eq!(report.charges.len(), 2);
+    let (first, second) = (report.charges[0], report.charges[1]);
+    assert!(
+        second.at >= first.at + 1_000 - 100,
+        "the retry charged at {}ms, before the first lease could end",
+        second.at
+    );
+    assert_eq!(report.extra.get(Cause::AbandonedMidAction), 1);
+    assert_eq!(report.extra.total(), 1);
+    assert_eq!(report.exercised.get(Exercised::AbandonAfterEffect), 1);
+    let trace = report.trace.unwrap();
+    assert!(
+        trace.contains("attached, w0 is abandoned (abandon-after-effect)"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("w0 done: Abandoned(ActionDropped)"),
+        "{trace}"
+    );
+    assert!(!trace.contains("w0 sends #2 release"), "{trace}");
+}
+
+#[test]
+fn a_driver_that_releases_a_dropped_actions_key_is_caught() {
+    let plan = plan(vec![client(
+        0,
+        true,
+        vec![charge_gone_after(200), charge()],
+    )]);
+    let report = run_plan(&plan, Variant::ReleaseOnAbandon, 0, false);
+    // The retry gets the key at once and charges again, long before the lease would
+    // have ended: "abandoned mid-action" explains no second charge then.
+    assert_eq!(report.charges.len(), 2);
+    assert!(report.charges[1].at < report.charges[0].at + 1_000 - 100);
+    let caught = checks(&report);
+    assert!(caught.contains(&Check::OneEffectPerKey), "{caught:?}");
+    assert!(caught.contains(&Check::DroppedActionKeepsKey), "{caught:?}");
+    assert_eq!(report.extra.get(Cause::AbandonedMidAction), 0);
+}
+
+#[test]
+fn a_call_dropped_before_its_effect_is_charged_only_when_the_request_was_in_flight() {
+    // The world's coin for the in-flight provider request is seeded: over a few seeds
+    // both sides come up, and each is honest.
+    let plan = plan(vec![client(0, true, vec![charge_gone_after(50), charge()])]);
+    let (mut landed, mut dropped) = (0, 0);
+    for seed in 0..20 {
+        let report = run_plan(&plan, Variant::Correct, seed, false);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(
+            answers(&report),
+            ["-", &format!("ch_{}", report.charges.len())]
+        );
+        if report.exercised.get(Exercised::AbandonChargeInFlight) == 1 {
+            landed += 1;
+            assert_eq!(report.charges.len(), 2);
+            assert_eq!(report.extra.get(Cause::AbandonedMidAction), 1);
+        } else {
+            dropped += 1;
+            assert_eq!(report.exercised.get(Exercised::AbandonBeforeEffect), 1);
+            assert_eq!(report.charges.len(), 1);
+            assert_eq!(report.charges[0].worker, 1);
+        }
+    }
+    assert!(
+        landed > 0 && dropped > 0,
+        "{landed} landed, {dropped} dropped"
+    );
+}
+
+#[test]
+fn an_attached_call_dropped_mid_reserve_releases_and_the_retry_runs() {
+    let gone = ActionPlan {
+        caller_gone: Some(CallerGone {
+            stage: Stage::Reserve,
+            after: 0,
+        }),
+        ..charge()
+    };
+    let plan = plan(vec![client(0, true, vec![gone, charge()])]);
+    let report = run_plan(&plan, Variant::Correct, 0, true);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(answers(&report), ["-", "ch_1"]);
+    assert_eq!(report.charges.len(), 1);
+    assert_eq!(report.exercised.get(Exercised::AbandonMidReserve), 1);
+    let trace = report.trace.unwrap();
+    assert!(trace.contains("w0 sends #2 release"), "{trace}");
+    assert!(trace.contains("w0 done: Abandoned(Settled)"), "{trace}");
+}
+
+#[test]
+fn a_detached_call_whose_caller_goes_away_runs_on_and_the_retry_replays_it() {
+    let plan = plan(vec![client(
+        0,
+        false,
+        vec![charge_gone_after(50), charge()],
+    )]);
+    let report = run_plan(&plan, Variant::Correct, 0, true);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    // The first try's answer goes to nobody, but it is recorded; the retry replays it.
+    assert_eq!(answers(&report), ["ch_1", "ch_1"]);
+    assert_eq!(report.charges.len(), 1);
+    assert_eq!(report.exercised.get(Exercised::DetachedCallerGone), 1);
+    assert!(
+        report
+            .trace
+            .unwrap()
+            .contains("detached, w0 runs on to its end")
+    );
+}
