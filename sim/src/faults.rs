@@ -33,11 +33,13 @@ pub enum FaultKind {
     /// mid-action, mid-complete, mid-release). An attached call is abandoned with its
     /// action; a detached one runs on. Either way the client retries with the same key.
     Abandon,
+    /// Actions that panic, before or after their effect.
+    Panic,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -49,6 +51,7 @@ impl FaultKind {
         FaultKind::Retries,
         FaultKind::Skew,
         FaultKind::Abandon,
+        FaultKind::Panic,
     ];
 
     /// The name used on the command line.
@@ -65,6 +68,7 @@ impl FaultKind {
             FaultKind::Retries => "retries",
             FaultKind::Skew => "skew",
             FaultKind::Abandon => "abandon",
+            FaultKind::Panic => "panic",
         }
     }
 
@@ -191,6 +195,12 @@ pub enum Exercised {
     CrashAfterEffect,
     /// A holder paused for longer than its lease.
     PausePastLease,
+    /// An action panicked before its effect.
+    PanicBeforeEffect,
+    /// An action panicked after its effect.
+    PanicAfterEffect,
+    /// A request was answered "outcome unknown": the replay of a panicked action.
+    PanicReplayed,
     /// An action ran longer than its lease (renewals kept it).
     SlowAction,
     /// An action failed and its reservation was released.
@@ -230,7 +240,7 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 34] = [
+    pub const ALL: [Exercised; 37] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -248,6 +258,9 @@ impl Exercised {
         Exercised::CrashBeforeEffect,
         Exercised::CrashAfterEffect,
         Exercised::PausePastLease,
+        Exercised::PanicBeforeEffect,
+        Exercised::PanicAfterEffect,
+        Exercised::PanicReplayed,
         Exercised::SlowAction,
         Exercised::ActionFailed,
         Exercised::KeyReuse,
@@ -287,6 +300,9 @@ impl Exercised {
             Exercised::CrashBeforeEffect => "crash-before-effect",
             Exercised::CrashAfterEffect => "crash-after-effect",
             Exercised::PausePastLease => "pause-past-lease",
+            Exercised::PanicBeforeEffect => "panic-before-effect",
+            Exercised::PanicAfterEffect => "panic-after-effect",
+            Exercised::PanicReplayed => "panic-replayed",
             Exercised::SlowAction => "slow-action",
             Exercised::ActionFailed => "action-failed",
             Exercised::KeyReuse => "key-reuse",
@@ -337,8 +353,9 @@ mod tests {
         assert_eq!(err.given, "gremlins");
         assert!(err.to_string().contains("key-reuse"));
         assert!(!Faults::all().without(FaultKind::Skew).has(FaultKind::Skew));
-        let abnormal = Faults::parse_list("abandon").unwrap();
-        assert!(abnormal.has(FaultKind::Abandon) && !abnormal.has(FaultKind::Outage));
+        let abnormal = Faults::parse_list("abandon,panic").unwrap();
+        assert!(abnormal.has(FaultKind::Abandon) && abnormal.has(FaultKind::Panic));
+        assert!(!abnormal.has(FaultKind::Outage));
         for kind in FaultKind::ALL {
             assert_eq!(kind.name().parse::<FaultKind>(), Ok(kind));
         }

@@ -79,6 +79,9 @@ pub struct ActionPlan {
     pub crash_at: Option<u64>,
     /// When, after the start, the holder pauses, and for how long.
     pub pause: Option<(u64, u64)>,
+    /// When, after the start, the action panics, if it does: it ends there, with its
+    /// effect only if that came earlier.
+    pub panic_at: Option<u64>,
     /// Where in this try the caller goes away, if it does.
     pub caller_gone: Option<CallerGone>,
 }
@@ -93,6 +96,7 @@ impl ActionPlan {
             effect_at: duration.saturating_sub(1),
             crash_at: None,
             pause: None,
+            panic_at: None,
             caller_gone: None,
         }
     }
@@ -366,6 +370,7 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
     let crash_at = (on(FaultKind::Crash) && rng.chance(70)).then(|| rng.below(duration));
     let pause = (on(FaultKind::Pause) && rng.chance(80))
         .then(|| (rng.below(duration), lease + rng.between(200, 2_000)));
+    let panic_at = (on(FaultKind::Panic) && rng.chance(40)).then(|| rng.below(duration));
     let caller_gone = (on(FaultKind::Abandon) && rng.chance(150)).then(|| {
         let stage = Stage::ALL[rng.below(Stage::ALL.len() as u64) as usize];
         let after = match stage {
@@ -384,6 +389,7 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
         effect_at,
         crash_at,
         pause,
+        panic_at,
         caller_gone,
     }
 }

@@ -39,9 +39,13 @@ pub enum Check {
     /// `I12`: the store files a record under the caller's operation and key, byte for
     /// byte.
     KeysVerbatim,
-    /// Rule 11 (DESIGN.md), an attached call dropped while its action ran: its owner never
-    /// releases the key, which stays held until its lease ends (`I6`, `I7`'s "abandoned
-    /// mid-action").
+    /// Rule 11 (DESIGN.md), a panic: the record of a panicked action is
+    /// `StoredResult::Panicked` (and only a panicked action's is), a replay of it answers a
+    /// request whose own execution panicked, and the panicking owner never releases the
+    /// key.
+    PanicIsOutcomeUnknown,
+    /// Rule 11, an attached call dropped while its action ran: its owner never releases the
+    /// key, which stays held until its lease ends (`I6`, `I7`'s "abandoned mid-action").
     DroppedActionKeepsKey,
     /// The attempt's promise: while `Attempt::lease` says `Held`, the store really holds
     /// the caller's live reservation.
@@ -72,6 +76,7 @@ impl Check {
             Check::LeaseNeverShrinks => "I10 lease-never-shrinks",
             Check::ReserveIdempotent => "I11 reserve-idempotent",
             Check::KeysVerbatim => "I12 keys-verbatim",
+            Check::PanicIsOutcomeUnknown => "R11 panic-is-outcome-unknown",
             Check::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Check::HeldLeaseIsLive => "held-lease-is-live",
             Check::EveryAttemptFinishes => "every-attempt-finishes",
@@ -171,6 +176,12 @@ pub enum Response {
     KeyReuse,
     /// The store is unreachable and the policy is fail-closed (HTTP 503).
     StoreUnavailable,
+    /// The action panicked in this try (the driver resumes the panic; a service answers
+    /// 500).
+    Panicked,
+    /// The replay of a panicked action: whether its effect happened is unknown, and the
+    /// action is not run again.
+    OutcomeUnknown,
 }
 
 impl fmt::Display for Response {
@@ -182,6 +193,8 @@ impl fmt::Display for Response {
             Response::InProgress => f.write_str("InProgressError"),
             Response::KeyReuse => f.write_str("KeyReuseError"),
             Response::StoreUnavailable => f.write_str("StoreUnavailableError"),
+            Response::Panicked => f.write_str("Panicked"),
+            Response::OutcomeUnknown => f.write_str("OutcomeUnknownError"),
         }
     }
 }

@@ -75,6 +75,9 @@ pub enum Variant {
     /// happened: a retry runs the action again long before the lease would have ended
     /// (rule 11; `I7`, whose "abandoned mid-action" cause holds only after the lease end).
     ReleaseOnAbandon,
+    /// BROKEN driver: a panic is fed as `ActionResult::Failed`, so the key is released and
+    /// a retry runs an action that may already have had its effect (rule 11, `I7`).
+    PanicReleases,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -82,7 +85,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 13] = [
+    pub const ALL: [Variant; 14] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -96,6 +99,7 @@ impl Variant {
         Variant::ReserveForgetsOwner,
         Variant::TruncatedKeys,
         Variant::ReleaseOnAbandon,
+        Variant::PanicReleases,
     ];
 
     /// The name used on the command line.
@@ -114,18 +118,24 @@ impl Variant {
             Variant::ReserveForgetsOwner => "reserve-forgets-owner",
             Variant::TruncatedKeys => "truncated-keys",
             Variant::ReleaseOnAbandon => "release-on-abandon",
+            Variant::PanicReleases => "panic-releases",
         }
     }
 
     /// Whether the variant is the driver's (the store is then the correct one).
     pub fn is_driver(self) -> bool {
-        self == Variant::ReleaseOnAbandon
+        matches!(self, Variant::ReleaseOnAbandon | Variant::PanicReleases)
     }
 
     /// Whether the driver, when an attached call is dropped while its action runs, releases
     /// the key itself after abandoning the attempt ([`Variant::ReleaseOnAbandon`]).
     pub fn releases_on_abandon(self) -> bool {
         self == Variant::ReleaseOnAbandon
+    }
+
+    /// Whether the driver feeds a panic as a failure ([`Variant::PanicReleases`]).
+    pub fn feeds_panic_as_failure(self) -> bool {
+        self == Variant::PanicReleases
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).

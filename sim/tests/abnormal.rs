@@ -1,6 +1,6 @@
-//! Abnormal ends, one hand-written run each: a caller that goes away, attached and
-//! detached. Each run is checked for what the client is answered and what is charged, and
-//! each deliberately broken driver is caught on the same run.
+//! Abnormal ends, one hand-written run each: a caller that goes away (attached and
+//! detached), an action that panics. Each run is checked for what the client is answered
+//! and what is charged, and each deliberately broken driver is caught on the same run.
 
 use std::time::Duration;
 
@@ -206,4 +206,25 @@ fn a_detached_call_whose_caller_goes_away_runs_on_and_the_retry_replays_it() {
             .unwrap()
             .contains("detached, w0 runs on to its end")
     );
+}
+
+#[test]
+fn a_panic_after_the_effect_is_recorded_and_replayed_as_outcome_unknown() {
+    let panics = ActionPlan {
+        panic_at: Some(200),
+        ..charge()
+    };
+    let plan = plan(vec![client(0, false, vec![panics, charge()])]);
+    let report = run_plan(&plan, Variant::Correct, 0, false);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(answers(&report), ["Panicked", "OutcomeUnknownError"]);
+    assert_eq!(report.charges.len(), 1);
+    assert_eq!(report.exercised.get(Exercised::PanicAfterEffect), 1);
+    assert_eq!(report.exercised.get(Exercised::PanicReplayed), 1);
+
+    let report = run_plan(&plan, Variant::PanicReleases, 0, false);
+    assert_eq!(answers(&report), ["ActionFailed", "ch_2"]);
+    let caught = checks(&report);
+    assert!(caught.contains(&Check::PanicIsOutcomeUnknown), "{caught:?}");
+    assert!(caught.contains(&Check::OneEffectPerKey), "{caught:?}");
 }

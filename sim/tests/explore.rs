@@ -30,7 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 34 of 34"), "{text}");
+    assert!(text.contains("exercised: 37 of 37"), "{text}");
 }
 
 #[test]
@@ -69,6 +69,9 @@ fn faults_that_are_off_are_never_injected() {
         Exercised::AbandonAfterEffect,
         Exercised::AbandonMidComplete,
         Exercised::AbandonMidRelease,
+        Exercised::PanicBeforeEffect,
+        Exercised::PanicAfterEffect,
+        Exercised::PanicReplayed,
         Exercised::FailClosedRelease,
     ] {
         assert_eq!(
@@ -104,7 +107,8 @@ fn faults_that_are_off_are_never_injected() {
 }
 
 /// Each abnormal end on its own: callers that go away (a dropped action's key is taken
-/// over only after its lease, which explains every extra charge).
+/// over only after its lease, which explains every extra charge), panics recorded and
+/// replayed as "outcome unknown".
 #[test]
 fn each_abnormal_end_alone_holds_every_check() {
     let alone = |kind: FaultKind| {
@@ -142,6 +146,15 @@ fn each_abnormal_end_alone_holds_every_check() {
         abandon.extra.get(Cause::AbandonedMidAction),
         "{abandon}"
     );
+
+    let panic = alone(FaultKind::Panic);
+    assert!(
+        panic.exercised.get(Exercised::PanicAfterEffect) > 0,
+        "{panic}"
+    );
+    assert!(panic.exercised.get(Exercised::PanicReplayed) > 0, "{panic}");
+    // A panicked action's key is completed: it never explains a second charge.
+    assert_eq!(panic.extra.total(), 0, "{panic}");
 }
 
 #[test]

@@ -153,6 +153,17 @@ fn a_driver_that_releases_the_key_of_a_dropped_action_is_caught() {
 }
 
 #[test]
+fn a_driver_that_feeds_a_panic_as_a_failure_is_caught() {
+    let summary = explore_variant(Variant::PanicReleases, 600);
+    assert!(
+        caught_by(&summary, Check::PanicIsOutcomeUnknown) > 0,
+        "{summary}"
+    );
+    // The key is released, and a retry runs an action that may have had its effect.
+    assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");
@@ -167,5 +178,5 @@ fn variant_names_round_trip_and_unknown_names_are_refused() {
     assert!(err.to_string().contains("result-cache"), "{err}");
     assert!(err.to_string().contains("release-on-abandon"), "{err}");
     let drivers: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.is_driver()).collect();
-    assert_eq!(drivers, [Variant::ReleaseOnAbandon]);
+    assert_eq!(drivers, [Variant::ReleaseOnAbandon, Variant::PanicReleases]);
 }

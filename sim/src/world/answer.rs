@@ -37,7 +37,7 @@ impl World<'_> {
         let (slot, fingerprint) = (w.slot, w.attempt.fingerprint());
         let own = w.charge.map(|charge| self.report.charges[charge].id());
         let quiet = w.answered || w.abandoned_in.is_some();
-        if let Outcome::Executed(execution) = &outcome {
+        if let Outcome::Executed(execution) | Outcome::Panicked(execution) = &outcome {
             self.executed(worker, execution);
         }
         let response = match &outcome {
@@ -56,17 +56,23 @@ impl World<'_> {
                     own.map_or(Response::NoBody, Response::Result)
                 }
             }
+            Outcome::Panicked(_) => Response::Panicked,
             Outcome::Replayed { result } => {
                 self.exercised(Exercised::Replay);
-                match result.value() {
-                    Some(body) => {
+                match result {
+                    StoredResult::Value(body) => {
                         let text = String::from_utf8_lossy(body.as_bytes()).into_owned();
                         self.check_replay(worker, slot, fingerprint, &text);
                         Response::Result(text)
                     }
-                    None => {
+                    StoredResult::NotStored => {
                         self.check_bodiless_replay(worker, slot, fingerprint);
                         Response::NoBody
+                    }
+                    StoredResult::Panicked => {
+                        self.exercised(Exercised::PanicReplayed);
+                        self.check_panic_replay(worker, slot, fingerprint);
+                        Response::OutcomeUnknown
                     }
                 }
             }
@@ -100,7 +106,7 @@ impl World<'_> {
                 self.exercised(Exercised::FailClosed);
                 Response::StoreUnavailable
             }
-            Outcome::Panicked(_) | Outcome::CorruptRecord => {
+            Outcome::CorruptRecord => {
                 self.violation(
                     Check::DriverProtocol,
                     format!("w{worker} ended in an outcome this world never causes: {outcome:?}"),
@@ -131,7 +137,10 @@ impl World<'_> {
         let (client, try_no) = (w.client as usize, w.try_no as usize);
         let retry = matches!(
             response,
-            Response::ActionFailed | Response::InProgress | Response::StoreUnavailable
+            Response::ActionFailed
+                | Response::InProgress
+                | Response::StoreUnavailable
+                | Response::Panicked
         );
         self.report.responses[client][try_no] = Some(response);
         let plan = &self.plan.clients[client];
@@ -190,7 +199,9 @@ impl World<'_> {
         let expected = match (w.abandoned_in, w.dropped_at) {
             (Some(_), Some(_)) => *outcome == Outcome::Abandoned(Abandonment::ActionDropped),
             (Some(Stage::Reserve | Stage::Waiting), None) => settled,
-            (Some(Stage::Complete), None) => matches!(outcome, Outcome::Executed(_)),
+            (Some(Stage::Complete), None) => {
+                matches!(outcome, Outcome::Executed(_) | Outcome::Panicked(_))
+            }
             (Some(Stage::Release), None) => matches!(outcome, Outcome::ActionFailed { .. }),
             (Some(Stage::Action), None) => false,
             (None, _) if w.answered => settled,

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use idem_core::record::Write;
 use idem_core::{
     Abandonment, Command, Completion, Fingerprint, LeaseState, Outcome, OwnerToken, Protection,
-    Record, Recording, Reply, Timestamp,
+    Record, Recording, Reply, StoredResult, Timestamp,
 };
 
 use super::World;
@@ -66,34 +66,55 @@ impl World<'_> {
         }
     }
 
-    /// `I5`: a complete carries the result of its owner's own successful action.
+    /// `I5`: a complete carries the result of its owner's own successful action; rule 11:
+    /// after a panic, and only then, it carries `StoredResult::Panicked`.
     pub(super) fn check_recorded_result(&mut self, worker: usize, command: &Command) {
         let Command::Complete { result, .. } = command else {
             return;
         };
-        let body = result.value();
         let w = &self.workers[worker];
-        let succeeded = match (w.action.fails, w.charge, body) {
-            (false, Some(charge), Some(body)) => {
-                !w.action.unrecordable
-                    && body.as_bytes() == self.report.charges[charge].id().as_bytes()
+        let (check, fine) = match result {
+            StoredResult::Panicked => (Check::PanicIsOutcomeUnknown, w.panicked),
+            _ if w.panicked => (Check::PanicIsOutcomeUnknown, false),
+            StoredResult::Value(body) => {
+                let fine = match (w.action.fails, w.charge) {
+                    (false, Some(charge)) => {
+                        !w.action.unrecordable
+                            && body.as_bytes() == self.report.charges[charge].id().as_bytes()
+                    }
+                    _ => false,
+                };
+                (Check::FailuresNotRecorded, fine)
             }
-            (false, Some(_), None) => w.action.unrecordable,
-            _ => false,
+            StoredResult::NotStored => (
+                Check::FailuresNotRecorded,
+                !w.action.fails && w.charge.is_some() && w.action.unrecordable,
+            ),
         };
-        if !succeeded {
-            let detail = format!("w{worker} records {body:?} without a successful action");
-            self.violation(Check::FailuresNotRecorded, detail);
+        if !fine {
+            let detail = format!(
+                "w{worker} records {result:?} after {}",
+                if w.panicked { "a panic" } else { "no panic" }
+            );
+            self.violation(check, detail);
         }
     }
 
     /// Rule 11: an owner whose action may have had its effect never gives its key back: not
-    /// after its action was dropped mid-run.
+    /// after a panic, not after its action was dropped mid-run.
     pub(super) fn check_abnormal_command(&mut self, worker: usize, command: &Command) {
         if !matches!(command, Command::Release { .. }) {
             return;
         }
-        if self.workers[worker].dropped_at.is_some() {
+        let (panicked, dropped) = {
+            let w = &self.workers[worker];
+            (w.panicked, w.dropped_at.is_some())
+        };
+        if panicked {
+            let detail = format!("w{worker} releases its key after its action panicked");
+            self.violation(Check::PanicIsOutcomeUnknown, detail);
+        }
+        if dropped {
             let detail = format!("w{worker} releases its key after its action was dropped mid-run");
             self.violation(Check::DroppedActionKeepsKey, detail);
         }
@@ -281,6 +302,28 @@ impl World<'_> {
         }
     }
 
+    /// Rule 11: a replay of `StoredResult::Panicked` ("outcome unknown") answers a request
+    /// whose own execution panicked.
+    pub(super) fn check_panic_replay(
+        &mut self,
+        worker: usize,
+        slot: usize,
+        fingerprint: Fingerprint,
+    ) {
+        let made = self
+            .workers
+            .iter()
+            .any(|by| by.slot == slot && by.panicked && by.attempt.fingerprint() == fingerprint);
+        if !made {
+            self.violation(
+                Check::PanicIsOutcomeUnknown,
+                format!(
+                    "w{worker} is answered \"outcome unknown\", but no such execution panicked"
+                ),
+            );
+        }
+    }
+
     /// `I7`: the first charge of a key is its effect; each further one must be explained
     /// by a cause the model allows (MODEL.md, "Non-guarantees"), one cause per charge.
     pub(super) fn classify_effects(&mut self, slot: usize) {
@@ -337,7 +380,8 @@ impl World<'_> {
     ///
     /// A holder that crashed, or whose action was dropped mid-run, leaves its key held
     /// until its lease ends: its charge explains another only when the holder of another
-    /// charge got the key at or after that lease end, on the store's clock.
+    /// charge got the key at or after that lease end, on the store's clock. A panic is no
+    /// cause: the key of a panicked action is completed ("outcome unknown").
     pub(super) fn cause_of(&self, worker: usize, charges: &[Charge]) -> Option<Cause> {
         let w = &self.workers[worker];
         if w.unprotected {
@@ -361,7 +405,7 @@ impl World<'_> {
             return taken_over.then_some(cause);
         }
         match &w.outcome {
-            Some(Outcome::Executed(execution)) => {
+            Some(Outcome::Executed(execution) | Outcome::Panicked(execution)) => {
                 if execution.protection == Protection::FailedOpen {
                     Some(Cause::FailOpen)
                 } else if execution.lease_lost {

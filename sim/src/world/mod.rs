@@ -166,6 +166,8 @@ struct Worker {
     effect_pending: bool,
     /// The provider's charge will not land: the action was dropped before sending it.
     charge_dropped: bool,
+    /// The action panicked (whatever the driver fed the attempt).
+    panicked: bool,
     /// The caller of this attached try went away in this stage, and the attempt was
     /// abandoned.
     abandoned_in: Option<Stage>,
@@ -512,7 +514,7 @@ impl<'p> World<'p> {
         self.fed(worker, fed);
     }
 
-    /// The action ends: succeeded, failed, or unrecordable. A dropped action's
+    /// The action ends: succeeded, failed, unrecordable, or panicked. A dropped action's
     /// end is nobody's to feed.
     fn action_done(&mut self, worker: usize) {
         let w = &mut self.workers[worker];
@@ -520,15 +522,31 @@ impl<'p> World<'p> {
             return;
         }
         w.running = false;
-        let result = match (w.action.fails, w.action.unrecordable, w.charge) {
-            (false, false, Some(charge)) => {
-                ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
+        let result = if w.action.panic_at.is_some() {
+            w.panicked = true;
+            let class = if w.charge.is_some() {
+                Exercised::PanicAfterEffect
+            } else {
+                Exercised::PanicBeforeEffect
+            };
+            self.exercised(class);
+            trace!(self, "w{worker}'s action panics ({})", class.name());
+            if self.variant.feeds_panic_as_failure() {
+                ActionResult::Failed
+            } else {
+                ActionResult::Panicked
             }
-            (false, true, Some(_)) => {
-                self.exercised(Exercised::Unrecordable);
-                ActionResult::Unrecordable
+        } else {
+            match (w.action.fails, w.action.unrecordable, w.charge) {
+                (false, false, Some(charge)) => {
+                    ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
+                }
+                (false, true, Some(_)) => {
+                    self.exercised(Exercised::Unrecordable);
+                    ActionResult::Unrecordable
+                }
+                _ => ActionResult::Failed,
             }
-            _ => ActionResult::Failed,
         };
         trace!(self, "w{worker} action ends: {result:?}");
         let stage = if result == ActionResult::Failed {
@@ -609,6 +627,7 @@ impl<'p> World<'p> {
             unprotected: false,
             effect_pending: false,
             charge_dropped: false,
+            panicked: false,
             abandoned_in: None,
             dropped_at: None,
             answered: false,
@@ -766,8 +785,8 @@ impl<'p> World<'p> {
         let action = w.action;
         w.running = true;
         w.unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
-        // The charge comes at its time, unless the action fails.
-        w.effect_pending = !action.fails;
+        // The charge comes at its time, unless the action fails or panics first.
+        w.effect_pending = !action.fails && action.panic_at.is_none_or(|p| action.effect_at < p);
         let effect_pending = w.effect_pending;
         let lease = w.attempt.options().lease().as_millis() as u64;
         trace!(self, "w{worker} runs the action: {action:?}");
@@ -778,7 +797,8 @@ impl<'p> World<'p> {
         if effect_pending {
             self.at(self.now + action.effect_at, Event::Effect { worker: id });
         }
-        self.at(self.now + action.duration, Event::ActionDone { worker: id });
+        let ends_at = action.panic_at.unwrap_or(action.duration);
+        self.at(self.now + ends_at, Event::ActionDone { worker: id });
         if let Some(crash_at) = action.crash_at {
             self.at(self.now + crash_at, Event::Crash { worker: id });
         }
