@@ -35,11 +35,13 @@ pub enum FaultKind {
     Abandon,
     /// Actions that panic, before or after their effect.
     Panic,
+    /// Keys that hold a value that is not a record from the start.
+    Corrupt,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -52,6 +54,7 @@ impl FaultKind {
         FaultKind::Skew,
         FaultKind::Abandon,
         FaultKind::Panic,
+        FaultKind::Corrupt,
     ];
 
     /// The name used on the command line.
@@ -69,6 +72,7 @@ impl FaultKind {
             FaultKind::Skew => "skew",
             FaultKind::Abandon => "abandon",
             FaultKind::Panic => "panic",
+            FaultKind::Corrupt => "corrupt",
         }
     }
 
@@ -189,6 +193,8 @@ pub enum Exercised {
     ReplyLate,
     /// The store refused a command during an outage.
     StoreDown,
+    /// The store answered that the key holds a value that is not a record.
+    CorruptRecord,
     /// A holder crashed before its action had its effect.
     CrashBeforeEffect,
     /// A holder crashed after its action had its effect, before recording it.
@@ -240,7 +246,7 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 37] = [
+    pub const ALL: [Exercised; 38] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -255,6 +261,7 @@ impl Exercised {
         Exercised::ReplyLost,
         Exercised::ReplyLate,
         Exercised::StoreDown,
+        Exercised::CorruptRecord,
         Exercised::CrashBeforeEffect,
         Exercised::CrashAfterEffect,
         Exercised::PausePastLease,
@@ -297,6 +304,7 @@ impl Exercised {
             Exercised::ReplyLost => "reply-lost",
             Exercised::ReplyLate => "reply-late",
             Exercised::StoreDown => "store-down",
+            Exercised::CorruptRecord => "corrupt-record",
             Exercised::CrashBeforeEffect => "crash-before-effect",
             Exercised::CrashAfterEffect => "crash-after-effect",
             Exercised::PausePastLease => "pause-past-lease",
@@ -353,9 +361,9 @@ mod tests {
         assert_eq!(err.given, "gremlins");
         assert!(err.to_string().contains("key-reuse"));
         assert!(!Faults::all().without(FaultKind::Skew).has(FaultKind::Skew));
-        let abnormal = Faults::parse_list("abandon,panic").unwrap();
-        assert!(abnormal.has(FaultKind::Abandon) && abnormal.has(FaultKind::Panic));
-        assert!(!abnormal.has(FaultKind::Outage));
+        let abnormal = Faults::parse_list("abandon,panic,corrupt").unwrap();
+        assert!(abnormal.has(FaultKind::Abandon) && abnormal.has(FaultKind::Corrupt));
+        assert!(abnormal.has(FaultKind::Panic) && !abnormal.has(FaultKind::Outage));
         for kind in FaultKind::ALL {
             assert_eq!(kind.name().parse::<FaultKind>(), Ok(kind));
         }

@@ -26,6 +26,10 @@ pub struct Slot {
     pub operation: Operation,
     /// The key.
     pub key: Key,
+    /// Whether the store holds a value under this key that is not a record (another type,
+    /// garbage bytes) from the start. The store answers every command on it "corrupt" and
+    /// never changes it.
+    pub corrupt: bool,
 }
 
 /// A point in a try at which its caller goes away.
@@ -257,12 +261,17 @@ impl Plan {
                     slots.push(Slot {
                         operation: operation.clone(),
                         key,
+                        corrupt: false,
                     });
                 }
             }
         }
         if slots.is_empty() {
             return Err(PlanError::NoKeys);
+        }
+        if on(FaultKind::Corrupt) && rng.chance(250) {
+            let corrupt = rng.below(slots.len() as u64) as usize;
+            slots[corrupt].corrupt = true;
         }
         let mut fingerprints = Vec::with_capacity(slots.len() * 2);
         for (i, slot) in slots.iter().enumerate() {

@@ -39,10 +39,14 @@ pub enum Check {
     /// `I12`: the store files a record under the caller's operation and key, byte for
     /// byte.
     KeysVerbatim,
-    /// Rule 11 (DESIGN.md), a panic: the record of a panicked action is
-    /// `StoredResult::Panicked` (and only a panicked action's is), a replay of it answers a
-    /// request whose own execution panicked, and the panicking owner never releases the
-    /// key.
+    /// Rule 11 (DESIGN.md), a value that is not a record: the store never replaces it, an
+    /// attempt the store answered "corrupt" before its action ran never runs it and ends
+    /// `CorruptRecord`, and nothing is charged under the key but by an attempt that failed
+    /// open without ever being answered.
+    CorruptRecordRunsNothing,
+    /// Rule 11, a panic: the record of a panicked action is `StoredResult::Panicked` (and
+    /// only a panicked action's is), a replay of it answers a request whose own execution
+    /// panicked, and the panicking owner never releases the key.
     PanicIsOutcomeUnknown,
     /// Rule 11, an attached call dropped while its action ran: its owner never releases the
     /// key, which stays held until its lease ends (`I6`, `I7`'s "abandoned mid-action").
@@ -76,6 +80,7 @@ impl Check {
             Check::LeaseNeverShrinks => "I10 lease-never-shrinks",
             Check::ReserveIdempotent => "I11 reserve-idempotent",
             Check::KeysVerbatim => "I12 keys-verbatim",
+            Check::CorruptRecordRunsNothing => "R11 corrupt-record-runs-nothing",
             Check::PanicIsOutcomeUnknown => "R11 panic-is-outcome-unknown",
             Check::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Check::HeldLeaseIsLive => "held-lease-is-live",
@@ -182,6 +187,8 @@ pub enum Response {
     /// The replay of a panicked action: whether its effect happened is unknown, and the
     /// action is not run again.
     OutcomeUnknown,
+    /// The key holds a value that is not a record: nothing ran.
+    CorruptRecord,
 }
 
 impl fmt::Display for Response {
@@ -195,6 +202,7 @@ impl fmt::Display for Response {
             Response::StoreUnavailable => f.write_str("StoreUnavailableError"),
             Response::Panicked => f.write_str("Panicked"),
             Response::OutcomeUnknown => f.write_str("OutcomeUnknownError"),
+            Response::CorruptRecord => f.write_str("CorruptRecordError"),
         }
     }
 }

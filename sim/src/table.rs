@@ -246,7 +246,11 @@ impl Scenario {
             })
             .collect();
         Ok(Plan {
-            slots: vec![Slot { operation, key }],
+            slots: vec![Slot {
+                operation,
+                key,
+                corrupt: false,
+            }],
             clients,
             network: NetworkPlan::reliable(1),
             outages: if self.store == TableStore::Unreachable {

@@ -69,6 +69,9 @@ pub enum Variant {
     /// libraries that trim or cap keys do. Two requests with different keys share one
     /// record (`I12`), and one is answered with the other's result (`I4`, `I8`).
     TruncatedKeys,
+    /// BROKEN store: a value that is not a record reads as an absent key, so the first
+    /// reserve is granted and writes a record over it (rule 11).
+    CorruptReadAsAbsent,
     /// BROKEN driver: an attached call dropped while its action ran is abandoned (the
     /// attempt ends `Abandoned(ActionDropped)` and keeps the key), and the driver then
     /// releases the key itself, as its old drop guard did, although the effect may have
@@ -78,6 +81,9 @@ pub enum Variant {
     /// BROKEN driver: a panic is fed as `ActionResult::Failed`, so the key is released and
     /// a retry runs an action that may already have had its effect (rule 11, `I7`).
     PanicReleases,
+    /// BROKEN driver: a "corrupt record" answer is fed as a store failure, so the command
+    /// is retried and, under fail-open, the action runs unprotected (rule 11).
+    CorruptFailsOpen,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -85,7 +91,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 14] = [
+    pub const ALL: [Variant; 16] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -98,8 +104,10 @@ impl Variant {
         Variant::PendingWithoutLease,
         Variant::ReserveForgetsOwner,
         Variant::TruncatedKeys,
+        Variant::CorruptReadAsAbsent,
         Variant::ReleaseOnAbandon,
         Variant::PanicReleases,
+        Variant::CorruptFailsOpen,
     ];
 
     /// The name used on the command line.
@@ -117,14 +125,19 @@ impl Variant {
             Variant::PendingWithoutLease => "pending-without-lease",
             Variant::ReserveForgetsOwner => "reserve-forgets-owner",
             Variant::TruncatedKeys => "truncated-keys",
+            Variant::CorruptReadAsAbsent => "corrupt-read-as-absent",
             Variant::ReleaseOnAbandon => "release-on-abandon",
             Variant::PanicReleases => "panic-releases",
+            Variant::CorruptFailsOpen => "corrupt-fails-open",
         }
     }
 
     /// Whether the variant is the driver's (the store is then the correct one).
     pub fn is_driver(self) -> bool {
-        matches!(self, Variant::ReleaseOnAbandon | Variant::PanicReleases)
+        matches!(
+            self,
+            Variant::ReleaseOnAbandon | Variant::PanicReleases | Variant::CorruptFailsOpen
+        )
     }
 
     /// Whether the driver, when an attached call is dropped while its action runs, releases
@@ -136,6 +149,20 @@ impl Variant {
     /// Whether the driver feeds a panic as a failure ([`Variant::PanicReleases`]).
     pub fn feeds_panic_as_failure(self) -> bool {
         self == Variant::PanicReleases
+    }
+
+    /// Whether the driver feeds a "corrupt record" answer as a store failure
+    /// ([`Variant::CorruptFailsOpen`]).
+    pub fn feeds_corrupt_as_store_error(self) -> bool {
+        self == Variant::CorruptFailsOpen
+    }
+
+    /// One step of this variant's store on a key that holds a value that is not a record:
+    /// `None` when the store answers "corrupt" and changes nothing (the correct store, and
+    /// every variant but [`Variant::CorruptReadAsAbsent`]), or the transition of a store
+    /// that reads the value as an absent key.
+    pub fn apply_to_garbage(self, command: Command, now: Timestamp) -> Option<Transition> {
+        (self == Variant::CorruptReadAsAbsent).then(|| record::apply(None, command, now))
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).

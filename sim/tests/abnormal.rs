@@ -1,6 +1,7 @@
 //! Abnormal ends, one hand-written run each: a caller that goes away (attached and
-//! detached), an action that panics. Each run is checked for what the client is answered
-//! and what is charged, and each deliberately broken driver is caught on the same run.
+//! detached), an action that panics, a key that holds no record. Each run is checked for
+//! what the client is answered and what is charged, and each deliberately broken driver is
+//! caught on the same run.
 
 use std::time::Duration;
 
@@ -47,6 +48,7 @@ fn plan(clients: Vec<ClientPlan>) -> Plan {
         slots: vec![Slot {
             operation: Operation::new("payment.charge").unwrap(),
             key: Key::new("order-1").unwrap(),
+            corrupt: false,
         }],
         clients,
         network: NetworkPlan::reliable(1),
@@ -227,4 +229,29 @@ fn a_panic_after_the_effect_is_recorded_and_replayed_as_outcome_unknown() {
     let caught = checks(&report);
     assert!(caught.contains(&Check::PanicIsOutcomeUnknown), "{caught:?}");
     assert!(caught.contains(&Check::OneEffectPerKey), "{caught:?}");
+}
+
+#[test]
+fn a_key_that_holds_no_record_runs_nothing() {
+    let mut plan = plan(vec![client(0, false, vec![charge(), charge()])]);
+    plan.slots[0].corrupt = true;
+    let report = run_plan(&plan, Variant::Correct, 0, true);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(answers(&report), ["CorruptRecordError"]);
+    assert!(report.charges.is_empty());
+    let trace = report.trace.unwrap();
+    assert!(trace.contains("the key holds no record"), "{trace}");
+
+    // A driver that takes "corrupt" for an unreachable store fails open and charges.
+    let report = run_plan(&plan, Variant::CorruptFailsOpen, 0, false);
+    assert_eq!(report.charges.len(), 1);
+    assert_eq!(checks(&report)[0], Check::CorruptRecordRunsNothing);
+    // A store that reads the value as an absent key writes a record over it.
+    let report = run_plan(&plan, Variant::CorruptReadAsAbsent, 0, false);
+    assert_eq!(answers(&report), ["ch_1"]);
+    assert!(
+        checks(&report).contains(&Check::CorruptRecordRunsNothing),
+        "{:?}",
+        report.violations
+    );
 }

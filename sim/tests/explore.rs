@@ -30,7 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 37 of 37"), "{text}");
+    assert!(text.contains("exercised: 38 of 38"), "{text}");
 }
 
 #[test]
@@ -72,6 +72,7 @@ fn faults_that_are_off_are_never_injected() {
         Exercised::PanicBeforeEffect,
         Exercised::PanicAfterEffect,
         Exercised::PanicReplayed,
+        Exercised::CorruptRecord,
         Exercised::FailClosedRelease,
     ] {
         assert_eq!(
@@ -108,7 +109,7 @@ fn faults_that_are_off_are_never_injected() {
 
 /// Each abnormal end on its own: callers that go away (a dropped action's key is taken
 /// over only after its lease, which explains every extra charge), panics recorded and
-/// replayed as "outcome unknown".
+/// replayed as "outcome unknown", keys that hold no record.
 #[test]
 fn each_abnormal_end_alone_holds_every_check() {
     let alone = |kind: FaultKind| {
@@ -155,6 +156,13 @@ fn each_abnormal_end_alone_holds_every_check() {
     assert!(panic.exercised.get(Exercised::PanicReplayed) > 0, "{panic}");
     // A panicked action's key is completed: it never explains a second charge.
     assert_eq!(panic.extra.total(), 0, "{panic}");
+
+    let corrupt = alone(FaultKind::Corrupt);
+    assert!(
+        corrupt.exercised.get(Exercised::CorruptRecord) > 0,
+        "{corrupt}"
+    );
+    assert_eq!(corrupt.extra.total(), 0, "{corrupt}");
 }
 
 #[test]

@@ -26,6 +26,7 @@ impl World<'_> {
                 "w{worker} answers {outcome:?}, then settles what its reserves may have left"
             );
             self.exercised(Exercised::FailClosed);
+            self.check_answer_on_corrupt_key(worker, &outcome);
             self.answer(worker, Response::StoreUnavailable);
             let now = idem_core::Timestamp::from_millis(self.caller_now(worker));
             self.workers[worker].attempt.abandon(now);
@@ -33,6 +34,7 @@ impl World<'_> {
         }
         trace!(self, "w{worker} done: {outcome:?}");
         self.check_ending(worker, &outcome);
+        self.check_answer_on_corrupt_key(worker, &outcome);
         let w = &self.workers[worker];
         let (slot, fingerprint) = (w.slot, w.attempt.fingerprint());
         let own = w.charge.map(|charge| self.report.charges[charge].id());
@@ -106,13 +108,7 @@ impl World<'_> {
                 self.exercised(Exercised::FailClosed);
                 Response::StoreUnavailable
             }
-            Outcome::CorruptRecord => {
-                self.violation(
-                    Check::DriverProtocol,
-                    format!("w{worker} ended in an outcome this world never causes: {outcome:?}"),
-                );
-                Response::NoBody
-            }
+            Outcome::CorruptRecord => Response::CorruptRecord,
             Outcome::Abandoned(abandonment) => {
                 if self.workers[worker].answered && *abandonment == Abandonment::Settled {
                     self.exercised(Exercised::FailClosedRelease);

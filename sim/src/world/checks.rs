@@ -120,6 +120,57 @@ impl World<'_> {
         }
     }
 
+    /// Whether the key of `worker` started out holding a value that is not a record.
+    fn on_corrupt_key(&self, worker: usize) -> bool {
+        self.plan.slots[self.storage[self.workers[worker].slot]].corrupt
+    }
+
+    /// Rule 11: an attempt the store answered "corrupt" never runs its action.
+    pub(super) fn check_run_on_corrupt_key(&mut self, worker: usize) {
+        if self.workers[worker].corrupt_before_run {
+            let detail =
+                format!("w{worker} runs its action after the store said its key holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
+        }
+    }
+
+    /// Rule 11: nothing is charged under a key that holds a value that is not a record,
+    /// but by an attempt that failed open without ever being answered.
+    pub(super) fn check_charge_on_corrupt_key(&mut self, worker: usize) {
+        let w = &self.workers[worker];
+        if self.on_corrupt_key(worker) && (!w.unprotected || w.corrupt_before_run) {
+            let detail = format!("w{worker} charges under a key that holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
+        }
+    }
+
+    /// Rule 11: every answer under a key that holds a value that is not a record is
+    /// `CorruptRecord`, but for an attempt the store never answered (fail-closed, or
+    /// failed open and ran unprotected).
+    pub(super) fn check_answer_on_corrupt_key(&mut self, worker: usize, outcome: &Outcome) {
+        if !self.on_corrupt_key(worker) {
+            return;
+        }
+        let w = &self.workers[worker];
+        let unanswered_run = w.unprotected && !w.corrupt_before_run;
+        let fine = match outcome {
+            Outcome::CorruptRecord => true,
+            Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease) => true,
+            Outcome::StoreUnavailable => !w.corrupt_before_run,
+            Outcome::Abandoned(Abandonment::ActionDropped) | Outcome::ActionFailed { .. } => {
+                unanswered_run
+            }
+            Outcome::Executed(execution) | Outcome::Panicked(execution) => {
+                execution.protection == Protection::FailedOpen && unanswered_run
+            }
+            Outcome::Replayed { .. } | Outcome::KeyReuse { .. } | Outcome::InProgress => false,
+        };
+        if !fine {
+            let detail = format!("w{worker} ends {outcome:?} under a key that holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
+        }
+    }
+
     /// The checks of one store step, judged by the store's true clock.
     pub(super) fn check_step(
         &mut self,

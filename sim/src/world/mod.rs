@@ -92,6 +92,8 @@ enum Answer {
     Reply(Reply),
     /// The store refused the command (an outage): its effect is unknown to the caller.
     Refused,
+    /// The key holds a value that is not a record: the store changed nothing.
+    Corrupt,
 }
 
 #[derive(Debug)]
@@ -158,6 +160,8 @@ struct Worker {
     crashed_at: Option<u64>,
     /// The stage of the try, as the service sees it (`None` before its first poll).
     stage: Option<Stage>,
+    /// The action was handed out (it runs, or ran).
+    ran: bool,
     /// The action runs: handed out, not ended, not dropped.
     running: bool,
     /// The action ran without a reservation (fail-open).
@@ -173,6 +177,8 @@ struct Worker {
     abandoned_in: Option<Stage>,
     /// When the action was dropped while it ran (the attempt then stops renewing).
     dropped_at: Option<u64>,
+    /// The store answered "corrupt" before the action was handed out.
+    corrupt_before_run: bool,
     /// The caller was answered (a fail-closed try answers, then settles).
     answered: bool,
     /// The charge its action made, as an index into the statement.
@@ -221,6 +227,8 @@ pub(crate) struct World<'p> {
     queue: BinaryHeap<Queued>,
     /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
+    /// Whether a storage slot still holds the value that is not a record it started with.
+    garbage: Vec<bool>,
     /// The storage slot of each plan slot: the slot itself, unless the store files two
     /// keys under one (a broken variant).
     storage: Vec<usize>,
@@ -242,6 +250,7 @@ impl<'p> World<'p> {
             seq: 0,
             queue: BinaryHeap::with_capacity(64),
             records: vec![None; plan.slots.len()],
+            garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
@@ -280,9 +289,14 @@ impl<'p> World<'p> {
         for (i, slot) in plan.slots.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  key {i}: {} {}",
+                "  key {i}: {} {}{}",
                 slot.operation.as_str(),
-                slot.key.as_str()
+                slot.key.as_str(),
+                if slot.corrupt {
+                    " (holds a value that is not a record)"
+                } else {
+                    ""
+                }
             );
         }
         for (i, client) in plan.clients.iter().enumerate() {
@@ -433,6 +447,7 @@ impl<'p> World<'p> {
         self.report.charges.push(charge);
         self.report.effects += 1;
         trace!(self, "provider charges ch_{number} for w{worker}");
+        self.check_charge_on_corrupt_key(worker);
     }
 
     /// Events the holder's own process handles: ignored once it crashed, held back while
@@ -510,6 +525,21 @@ impl<'p> World<'p> {
         let fed = match answer {
             Answer::Reply(reply) => self.workers[worker].attempt.handle_reply(reply, now),
             Answer::Refused => self.workers[worker].attempt.handle_store_error(now),
+            Answer::Corrupt => {
+                let w = &mut self.workers[worker];
+                if !w.ran {
+                    w.corrupt_before_run = true;
+                }
+                if self.variant.feeds_corrupt_as_store_error() {
+                    trace!(
+                        self,
+                        "w{worker} takes the corrupt record for a store failure"
+                    );
+                    self.workers[worker].attempt.handle_store_error(now)
+                } else {
+                    self.workers[worker].attempt.handle_corrupt_record(now)
+                }
+            }
         };
         self.fed(worker, fed);
     }
@@ -623,6 +653,7 @@ impl<'p> World<'p> {
             paused_until: 0,
             crashed_at: None,
             stage: None,
+            ran: false,
             running: false,
             unprotected: false,
             effect_pending: false,
@@ -630,6 +661,7 @@ impl<'p> World<'p> {
             panicked: false,
             abandoned_in: None,
             dropped_at: None,
+            corrupt_before_run: false,
             answered: false,
             charge: None,
             outcome: None,
@@ -783,6 +815,7 @@ impl<'p> World<'p> {
         let clock = Timestamp::from_millis(self.caller_now(worker));
         let w = &mut self.workers[worker];
         let action = w.action;
+        w.ran = true;
         w.running = true;
         w.unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
         // The charge comes at its time, unless the action fails or panics first.
@@ -790,6 +823,7 @@ impl<'p> World<'p> {
         let effect_pending = w.effect_pending;
         let lease = w.attempt.options().lease().as_millis() as u64;
         trace!(self, "w{worker} runs the action: {action:?}");
+        self.check_run_on_corrupt_key(worker);
         if action.duration > lease {
             self.exercised(Exercised::SlowAction);
         }
@@ -853,6 +887,37 @@ impl<'p> World<'p> {
         self.check_recorded_result(worker, &command);
         self.check_abnormal_command(worker, &command);
         let summary = CommandSummary::of(&command);
+        if self.garbage[stored] {
+            let Some(transition) = self.variant.apply_to_garbage(command, judged_at) else {
+                self.exercised(Exercised::CorruptRecord);
+                trace!(
+                    self,
+                    "store applies #{cmd} {} of w{worker}: the key holds no record", summary.name
+                );
+                self.reply(worker, cmd, Answer::Corrupt);
+                return;
+            };
+            trace!(
+                self,
+                "store applies #{cmd} {} of w{worker} to a value that is not a record: {:?}",
+                summary.name,
+                transition.reply
+            );
+            if let Write::Put(record) = transition.write {
+                self.violation(
+                    Check::CorruptRecordRunsNothing,
+                    format!(
+                        "w{worker}'s {} replaced a value that is not a record with {record:?}",
+                        summary.name
+                    ),
+                );
+                self.garbage[stored] = false;
+                self.wrote(worker, &summary, &record);
+                self.records[stored] = Some(record);
+            }
+            self.reply(worker, cmd, Answer::Reply(transition.reply));
+            return;
+        }
         let before = self.records[stored].take();
         let transition = self.variant.apply(before.as_ref(), command, judged_at);
         self.check_step(
