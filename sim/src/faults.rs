@@ -11,7 +11,7 @@ pub enum FaultKind {
     /// Store requests lost before they are applied, replies lost after, replies delayed
     /// past the attempt's reply deadline.
     Network,
-    /// Windows in which the store refuses every command.
+    /// Windows in which the store refuses every command, or answers none.
     Outage,
     /// Holders that crash in the middle of their action.
     Crash,
@@ -193,6 +193,9 @@ pub enum Exercised {
     ReplyLate,
     /// The store refused a command during an outage.
     StoreDown,
+    /// The store swallowed a command during an outage: no reply at all, and the attempt
+    /// gave the command up at its reply deadline.
+    StoreSilent,
     /// The store answered that the key holds a value that is not a record.
     CorruptRecord,
     /// A holder crashed before its action had its effect.
@@ -246,7 +249,7 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 38] = [
+    pub const ALL: [Exercised; 39] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -261,6 +264,7 @@ impl Exercised {
         Exercised::ReplyLost,
         Exercised::ReplyLate,
         Exercised::StoreDown,
+        Exercised::StoreSilent,
         Exercised::CorruptRecord,
         Exercised::CrashBeforeEffect,
         Exercised::CrashAfterEffect,
@@ -304,6 +308,7 @@ impl Exercised {
             Exercised::ReplyLost => "reply-lost",
             Exercised::ReplyLate => "reply-late",
             Exercised::StoreDown => "store-down",
+            Exercised::StoreSilent => "store-silent",
             Exercised::CorruptRecord => "corrupt-record",
             Exercised::CrashBeforeEffect => "crash-before-effect",
             Exercised::CrashAfterEffect => "crash-after-effect",

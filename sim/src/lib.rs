@@ -7,9 +7,9 @@
 //! world wakes a worker at the instant the attempt names, and the attempt gives up a
 //! command whose reply has not come by its own deadline. Clients go away and retry with the
 //! same key (an attached try is then abandoned with its action, a detached one runs on);
-//! actions are slow, fail, panic, crash or pause past their lease; the store has outages, and
-//! keys that hold a value that is not a record; results outlive their retention. A provider
-//! keeps the card statement.
+//! actions are slow, fail, panic, crash or pause past their lease; the store has outages in
+//! which it refuses commands or answers none, and keys that hold a value that is not a
+//! record; results outlive their retention. A provider keeps the card statement.
 //!
 //! Every run checks MODEL.md's invariants as it goes (see [`Check`]) and, at the end,
 //! classifies every extra effect by its [`Cause`]: an extra charge with no allowed cause is a
@@ -51,7 +51,8 @@ mod world;
 pub use explore::{Config, Summary, explore, run_plan, run_seed};
 pub use faults::{Exercised, ExercisedCounts, FaultKind, Faults};
 pub use plan::{
-    ActionPlan, CallerGone, ClientPlan, NetworkPlan, Plan, PlanError, Shape, Slot, Stage,
+    ActionPlan, CallerGone, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Shape,
+    Slot, Stage,
 };
 pub use report::{Cause, CauseCounts, Charge, Check, Response, RunReport, Violation};
 pub use rng::SimRng;

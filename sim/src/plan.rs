@@ -67,6 +67,34 @@ impl Stage {
     ];
 }
 
+/// A window of simulated time in which the store is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    /// The first ms of the window.
+    pub start: u64,
+    /// The first ms after the window.
+    pub end: u64,
+    /// How the store fails in it.
+    pub kind: OutageKind,
+}
+
+/// How an unavailable store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutageKind {
+    /// Every command is refused with an error (a connection refused, a server error).
+    Refusing,
+    /// Every command is swallowed: not applied, never answered (a hung server, a network
+    /// partition). The attempt gives the command up at its reply deadline.
+    Silent,
+}
+
+impl Outage {
+    /// Whether simulated time `now` falls in the window.
+    pub fn covers(&self, now: u64) -> bool {
+        (self.start..self.end).contains(&now)
+    }
+}
+
 /// One action as the provider will carry it out, relative to its start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActionPlan {
@@ -185,8 +213,8 @@ pub struct Plan {
     pub clients: Vec<ClientPlan>,
     /// The network.
     pub network: NetworkPlan,
-    /// Windows `[start, end)` of simulated ms in which the store refuses every command.
-    pub outages: Vec<(u64, u64)>,
+    /// Windows of simulated ms in which the store refuses, or swallows, every command.
+    pub outages: Vec<Outage>,
     /// The store's clock, in ms ahead of simulated time.
     pub store_offset: u64,
     /// Whether the store notifies other callers of the key when its record is completed,
@@ -301,7 +329,13 @@ impl Plan {
         if on(FaultKind::Outage) {
             for _ in 0..rng.below(3) {
                 let start = rng.below(3_000);
-                outages.push((start, start + rng.between(50, 2_500)));
+                let end = start + rng.between(50, 2_500);
+                let kind = if rng.chance(400) {
+                    OutageKind::Silent
+                } else {
+                    OutageKind::Refusing
+                };
+                outages.push(Outage { start, end, kind });
             }
         }
         let skew = if on(FaultKind::Skew) { 3_000 } else { 0 };

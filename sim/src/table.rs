@@ -6,7 +6,9 @@
 use idem_core::{Fingerprint, InFlightPolicy, Key, Operation, Options, StoreFailurePolicy};
 
 use crate::explore::run_plan;
-use crate::plan::{ActionPlan, CALLER_EPOCH, ClientPlan, NetworkPlan, Plan, PlanError, Slot};
+use crate::plan::{
+    ActionPlan, CALLER_EPOCH, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Slot,
+};
 use crate::report::{Response, RunReport};
 use crate::variant::Variant;
 
@@ -254,7 +256,11 @@ impl Scenario {
             clients,
             network: NetworkPlan::reliable(1),
             outages: if self.store == TableStore::Unreachable {
-                vec![(0, u64::MAX)]
+                vec![Outage {
+                    start: 0,
+                    end: u64::MAX,
+                    kind: OutageKind::Refusing,
+                }]
             } else {
                 Vec::new()
             },

@@ -1,13 +1,13 @@
 //! Abnormal ends, one hand-written run each: a caller that goes away (attached and
-//! detached), an action that panics, a key that holds no record. Each run is checked for
-//! what the client is answered and what is charged, and each deliberately broken driver is
-//! caught on the same run.
+//! detached), an action that panics, a key that holds no record, a store that answers
+//! nothing. Each run is checked for what the client is answered and what is charged, and
+//! each deliberately broken driver is caught on the same run.
 
 use std::time::Duration;
 
 use idem_sim::{
-    ActionPlan, CallerGone, Cause, Check, ClientPlan, Exercised, NetworkPlan, Plan, Response,
-    RunReport, Slot, Stage, Variant, run_plan,
+    ActionPlan, CallerGone, Cause, Check, ClientPlan, Exercised, NetworkPlan, Outage, OutageKind,
+    Plan, Response, RunReport, Slot, Stage, Variant, run_plan,
 };
 
 use idem_core::{Fingerprint, Key, Operation, Options, StoreFailurePolicy};
@@ -254,4 +254,36 @@ fn a_key_that_holds_no_record_runs_nothing() {
         "{:?}",
         report.violations
     );
+}
+
+#[test]
+fn a_store_that_answers_nothing_is_given_up_at_the_attempts_own_deadlines() {
+    let mut closed = client(0, false, vec![charge()]);
+    closed.options = options(StoreFailurePolicy::FailClosed);
+    let mut plan = plan(vec![closed]);
+    plan.outages = vec![Outage {
+        start: 0,
+        end: 60_000,
+        kind: OutageKind::Silent,
+    }];
+    let report = run_plan(&plan, Variant::Correct, 0, true);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(answers(&report), ["StoreUnavailableError"]);
+    assert!(report.charges.is_empty());
+    let trace = report.trace.unwrap();
+    // Two reserves (one retry), then the settlement's release and its retry: all
+    // swallowed, each given up at its reply deadline, and the key left to its lease.
+    assert_eq!(trace.matches("swallowed").count(), 4, "{trace}");
+    assert!(trace.contains("w0 done: Abandoned(LeftToLease)"), "{trace}");
+    let reply_timeout = plan.clients[0].options.reply_timeout().as_millis() as u64;
+    let sent: Vec<u64> = trace
+        .lines()
+        .filter(|line| line.contains(" sends #"))
+        .map(|line| line.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(sent.len(), 4, "{trace}");
+    // Each command is given up no earlier than its reply deadline.
+    for pair in sent.windows(2) {
+        assert!(pair[1] - pair[0] >= reply_timeout, "{sent:?}");
+    }
 }

@@ -14,7 +14,7 @@ use idem_core::{
 };
 
 use crate::faults::Exercised;
-use crate::plan::{ActionPlan, CALLER_EPOCH, Plan, Stage};
+use crate::plan::{ActionPlan, CALLER_EPOCH, Outage, OutageKind, Plan, Stage};
 use crate::report::{Charge, Check, RunReport, Violation};
 use crate::rng::SimRng;
 use crate::variant::Variant;
@@ -852,24 +852,33 @@ impl<'p> World<'p> {
     /// The store node: applies one command at its own clock, checks the step, replies.
     fn store_receives(&mut self, worker: usize, cmd: u32, command: Command) {
         let network = self.plan.network;
-        if self
-            .plan
-            .outages
-            .iter()
-            .any(|(start, end)| (*start..*end).contains(&self.now))
-        {
-            self.exercised(Exercised::StoreDown);
-            trace!(self, "store is down: #{cmd} of w{worker} refused");
-            let delay = self.rng.between(network.min_delay, network.max_delay);
-            self.at(
-                self.now + delay,
-                Event::Reply {
-                    worker: worker as u32,
-                    cmd,
-                    answer: Answer::Refused,
-                },
-            );
-            return;
+        match self.plan.outages.iter().find(|o| o.covers(self.now)) {
+            Some(Outage {
+                kind: OutageKind::Refusing,
+                ..
+            }) => {
+                self.exercised(Exercised::StoreDown);
+                trace!(self, "store is down: #{cmd} of w{worker} refused");
+                let delay = self.rng.between(network.min_delay, network.max_delay);
+                self.at(
+                    self.now + delay,
+                    Event::Reply {
+                        worker: worker as u32,
+                        cmd,
+                        answer: Answer::Refused,
+                    },
+                );
+                return;
+            }
+            Some(Outage {
+                kind: OutageKind::Silent,
+                ..
+            }) => {
+                self.exercised(Exercised::StoreSilent);
+                trace!(self, "store does not answer: #{cmd} of w{worker} swallowed");
+                return;
+            }
+            None => {}
         }
         let slot = self.workers[worker].slot;
         let store_now = Timestamp::from_millis(self.store_now());
