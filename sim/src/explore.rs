@@ -14,7 +14,8 @@ use crate::world::World;
 pub struct Config {
     /// Callers, keys and faults.
     pub shape: Shape,
-    /// The store: correct, or a deliberately broken variant (for checking the checker).
+    /// The store and driver: correct, or a deliberately broken variant of one of them (for
+    /// checking the checker).
     pub variant: Variant,
 }
 
@@ -26,6 +27,14 @@ pub fn run_seed(seed: u64, config: &Config, trace: bool) -> Result<RunReport, Pl
     let mut report = World::new(&plan, config.variant, rng, trace).run();
     report.seed = seed;
     Ok(report)
+}
+
+/// One run of a plan written by hand, with the store and driver of `variant`. The world's
+/// own randomness (owner tokens, network delays and losses, whether a dropped action's
+/// provider request was in flight) comes from `seed`: the same plan and seed give the same
+/// run.
+pub fn run_plan(plan: &Plan, variant: Variant, seed: u64, trace: bool) -> RunReport {
+    World::new(plan, variant, SimRng::new(seed), trace).run()
 }
 
 /// The most violations a summary keeps in full (all failing seeds are kept).
@@ -108,7 +117,7 @@ impl fmt::Display for Summary {
         writeln!(f, "effects: {}", self.effects)?;
         writeln!(f, "extra effects: {}", self.extra.total())?;
         for cause in Cause::ALL {
-            writeln!(f, "  {:<20} {}", cause.name(), self.extra.get(cause))?;
+            writeln!(f, "  {:<26} {}", cause.name(), self.extra.get(cause))?;
         }
         let reached = Exercised::ALL.len() - self.exercised.missing().len();
         writeln!(
@@ -117,7 +126,7 @@ impl fmt::Display for Summary {
             Exercised::ALL.len()
         )?;
         for class in Exercised::ALL {
-            writeln!(f, "  {:<20} {}", class.name(), self.exercised.get(class))?;
+            writeln!(f, "  {:<26} {}", class.name(), self.exercised.get(class))?;
         }
         let missing = self.exercised.missing();
         if !missing.is_empty() {
@@ -125,7 +134,7 @@ impl fmt::Display for Summary {
             writeln!(f, "never exercised: {}", names.join(", "))?;
         }
         for (check, count) in &self.by_check {
-            writeln!(f, "violated {:<28} {count}", check.name())?;
+            writeln!(f, "violated {:<34} {count}", check.name())?;
         }
         for (seed, violation) in &self.violations {
             writeln!(f, "seed {seed}: {violation}")?;

@@ -9,9 +9,9 @@ use crate::tally::{Class, Tally, UnknownName, parse_name};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
     /// Store requests lost before they are applied, replies lost after, replies delayed
-    /// past the caller's command timeout.
+    /// past the attempt's reply deadline.
     Network,
-    /// Windows in which the store refuses every command.
+    /// Windows in which the store refuses every command, or answers none.
     Outage,
     /// Holders that crash in the middle of their action.
     Crash,
@@ -29,11 +29,19 @@ pub enum FaultKind {
     Retries,
     /// Callers whose clocks are skewed from each other and from the store's.
     Skew,
+    /// Callers that go away at a chosen point of their try (mid-reserve, while waiting,
+    /// mid-action, mid-complete, mid-release). An attached call is abandoned with its
+    /// action; a detached one runs on. Either way the client retries with the same key.
+    Abandon,
+    /// Actions that panic, before or after their effect.
+    Panic,
+    /// Keys that hold a value that is not a record from the start.
+    Corrupt,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -44,6 +52,9 @@ impl FaultKind {
         FaultKind::Retention,
         FaultKind::Retries,
         FaultKind::Skew,
+        FaultKind::Abandon,
+        FaultKind::Panic,
+        FaultKind::Corrupt,
     ];
 
     /// The name used on the command line.
@@ -59,6 +70,9 @@ impl FaultKind {
             FaultKind::Retention => "retention",
             FaultKind::Retries => "retries",
             FaultKind::Skew => "skew",
+            FaultKind::Abandon => "abandon",
+            FaultKind::Panic => "panic",
+            FaultKind::Corrupt => "corrupt",
         }
     }
 
@@ -148,6 +162,27 @@ impl Default for Faults {
 pub enum Exercised {
     /// A client timed out and retried with the same key while its first try still ran.
     ClientRetry,
+    /// The caller of a detached try went away while the try still ran: the client retried,
+    /// and the service ran the try on to its end and recorded it.
+    DetachedCallerGone,
+    /// The caller of an attached try went away while its reserve was out (or due): the
+    /// attempt was abandoned before any action ran.
+    AbandonMidReserve,
+    /// The caller of an attached try went away while the try waited for another holder.
+    AbandonWhileWaiting,
+    /// An attached action was dropped before its effect, its provider request not yet
+    /// sent: nothing was charged.
+    AbandonBeforeEffect,
+    /// An attached action was dropped before its effect with its provider request already
+    /// in flight: the charge landed anyway.
+    AbandonChargeInFlight,
+    /// An attached action was dropped after its effect.
+    AbandonAfterEffect,
+    /// The caller of an attached try went away while its result was being recorded.
+    AbandonMidComplete,
+    /// The caller of an attached try went away while its failure's release was out (or
+    /// due).
+    AbandonMidRelease,
     /// A client retried after its record's retention had run out.
     LateRetry,
     /// A store request was lost before the store applied it.
@@ -158,12 +193,23 @@ pub enum Exercised {
     ReplyLate,
     /// The store refused a command during an outage.
     StoreDown,
+    /// The store swallowed a command during an outage: no reply at all, and the attempt
+    /// gave the command up at its reply deadline.
+    StoreSilent,
+    /// The store answered that the key holds a value that is not a record.
+    CorruptRecord,
     /// A holder crashed before its action had its effect.
     CrashBeforeEffect,
     /// A holder crashed after its action had its effect, before recording it.
     CrashAfterEffect,
     /// A holder paused for longer than its lease.
     PausePastLease,
+    /// An action panicked before its effect.
+    PanicBeforeEffect,
+    /// An action panicked after its effect.
+    PanicAfterEffect,
+    /// A request was answered "outcome unknown": the replay of a panicked action.
+    PanicReplayed,
     /// An action ran longer than its lease (renewals kept it).
     SlowAction,
     /// An action failed and its reservation was released.
@@ -174,6 +220,9 @@ pub enum Exercised {
     FailOpen,
     /// A caller got `StoreUnavailable` and ran nothing (fail-closed).
     FailClosed,
+    /// After a fail-closed `StoreUnavailable`, the attempt was settled: the reservation one
+    /// of its failed reserves may have left was released.
+    FailClosedRelease,
     /// A reserve met an identical request in flight.
     InFlight,
     /// A caller was answered `InProgress`.
@@ -200,21 +249,35 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 25] = [
+    pub const ALL: [Exercised; 39] = [
         Exercised::ClientRetry,
+        Exercised::DetachedCallerGone,
+        Exercised::AbandonMidReserve,
+        Exercised::AbandonWhileWaiting,
+        Exercised::AbandonBeforeEffect,
+        Exercised::AbandonChargeInFlight,
+        Exercised::AbandonAfterEffect,
+        Exercised::AbandonMidComplete,
+        Exercised::AbandonMidRelease,
         Exercised::LateRetry,
         Exercised::RequestLost,
         Exercised::ReplyLost,
         Exercised::ReplyLate,
         Exercised::StoreDown,
+        Exercised::StoreSilent,
+        Exercised::CorruptRecord,
         Exercised::CrashBeforeEffect,
         Exercised::CrashAfterEffect,
         Exercised::PausePastLease,
+        Exercised::PanicBeforeEffect,
+        Exercised::PanicAfterEffect,
+        Exercised::PanicReplayed,
         Exercised::SlowAction,
         Exercised::ActionFailed,
         Exercised::KeyReuse,
         Exercised::FailOpen,
         Exercised::FailClosed,
+        Exercised::FailClosedRelease,
         Exercised::InFlight,
         Exercised::InProgress,
         Exercised::LeaseTakeover,
@@ -232,19 +295,33 @@ impl Exercised {
     pub fn name(self) -> &'static str {
         match self {
             Exercised::ClientRetry => "client-retry",
+            Exercised::DetachedCallerGone => "detached-caller-gone",
+            Exercised::AbandonMidReserve => "abandon-mid-reserve",
+            Exercised::AbandonWhileWaiting => "abandon-while-waiting",
+            Exercised::AbandonBeforeEffect => "abandon-before-effect",
+            Exercised::AbandonChargeInFlight => "abandon-charge-in-flight",
+            Exercised::AbandonAfterEffect => "abandon-after-effect",
+            Exercised::AbandonMidComplete => "abandon-mid-complete",
+            Exercised::AbandonMidRelease => "abandon-mid-release",
             Exercised::LateRetry => "late-retry",
             Exercised::RequestLost => "request-lost",
             Exercised::ReplyLost => "reply-lost",
             Exercised::ReplyLate => "reply-late",
             Exercised::StoreDown => "store-down",
+            Exercised::StoreSilent => "store-silent",
+            Exercised::CorruptRecord => "corrupt-record",
             Exercised::CrashBeforeEffect => "crash-before-effect",
             Exercised::CrashAfterEffect => "crash-after-effect",
             Exercised::PausePastLease => "pause-past-lease",
+            Exercised::PanicBeforeEffect => "panic-before-effect",
+            Exercised::PanicAfterEffect => "panic-after-effect",
+            Exercised::PanicReplayed => "panic-replayed",
             Exercised::SlowAction => "slow-action",
             Exercised::ActionFailed => "action-failed",
             Exercised::KeyReuse => "key-reuse",
             Exercised::FailOpen => "fail-open",
             Exercised::FailClosed => "fail-closed",
+            Exercised::FailClosedRelease => "fail-closed-release",
             Exercised::InFlight => "in-flight",
             Exercised::InProgress => "in-progress",
             Exercised::LeaseTakeover => "lease-takeover",
@@ -289,5 +366,11 @@ mod tests {
         assert_eq!(err.given, "gremlins");
         assert!(err.to_string().contains("key-reuse"));
         assert!(!Faults::all().without(FaultKind::Skew).has(FaultKind::Skew));
+        let abnormal = Faults::parse_list("abandon,panic,corrupt").unwrap();
+        assert!(abnormal.has(FaultKind::Abandon) && abnormal.has(FaultKind::Corrupt));
+        assert!(abnormal.has(FaultKind::Panic) && !abnormal.has(FaultKind::Outage));
+        for kind in FaultKind::ALL {
+            assert_eq!(kind.name().parse::<FaultKind>(), Ok(kind));
+        }
     }
 }

@@ -3,17 +3,21 @@
 //! Many callers send requests under a few keys; each request is a real
 //! [`idem_core::Attempt`] driven over a simulated network (delay, lost requests, replies
 //! lost after the store applied the command, late replies) to a store node that applies the
-//! real [`idem_core::record::apply`] at its own clock. Clients time out and retry with the
-//! same key; actions are slow, fail, crash or pause past their lease; the store has outages;
-//! results outlive their retention. A provider keeps the card statement.
+//! real [`idem_core::record::apply`] at its own clock. Every timer is the attempt's: the
+//! world wakes a worker at the instant the attempt names, and the attempt gives up a
+//! command whose reply has not come by its own deadline. Clients go away and retry with the
+//! same key (an attached try is then abandoned with its action, a detached one runs on);
+//! actions are slow, fail, panic, crash or pause past their lease; the store has outages in
+//! which it refuses commands or answers none, and keys that hold a value that is not a
+//! record; results outlive their retention. A provider keeps the card statement.
 //!
 //! Every run checks MODEL.md's invariants as it goes (see [`Check`]) and, at the end,
 //! classifies every extra effect by its [`Cause`]: an extra charge with no allowed cause is a
 //! violation. The same seed gives the same run byte for byte: all randomness comes from
 //! [`SimRng`] seeded with it, and time is simulated.
 //!
-//! [`variant`] holds deliberately broken store behaviours, used only to show that the
-//! checks catch the bugs they are meant to catch.
+//! [`variant`] holds deliberately broken store and driver behaviours, used only to show
+//! that the checks catch the bugs they are meant to catch.
 //!
 //! ```
 //! use idem_sim::{Config, explore, run_seed};
@@ -44,9 +48,12 @@ mod tally;
 pub mod variant;
 mod world;
 
-pub use explore::{Config, Summary, explore, run_seed};
+pub use explore::{Config, Summary, explore, run_plan, run_seed};
 pub use faults::{Exercised, ExercisedCounts, FaultKind, Faults};
-pub use plan::{ActionPlan, ClientPlan, NetworkPlan, Plan, PlanError, Shape, Slot};
+pub use plan::{
+    ActionPlan, CallerGone, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Shape,
+    Slot, Stage,
+};
 pub use report::{Cause, CauseCounts, Charge, Check, Response, RunReport, Violation};
 pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};

@@ -30,14 +30,16 @@ RUN OPTIONS:
     --keys N           keys per operation (default 3)
     --faults LIST      comma-separated faults to switch on (default all):
                        network, outage, crash, pause, slow, failure, key-reuse,
-                       retention, retries, skew; or all, none
+                       retention, retries, skew, abandon, panic, corrupt; or all, none
     --without LIST     faults to switch off
-    --variant NAME     a DELIBERATELY BROKEN store, for checking the checker:
-                       result-cache, complete-without-owner-check,
+    --variant NAME     a DELIBERATELY BROKEN store or driver, for checking the checker:
+                       stores: result-cache, complete-without-owner-check,
                        release-without-owner-check, renew-without-owner-check,
                        caller-clock-expiry, cached-failure, key-only-lookup,
                        late-complete-in-time, pending-without-lease,
-                       reserve-forgets-owner, truncated-keys (default: correct)
+                       reserve-forgets-owner, truncated-keys, corrupt-read-as-absent;
+                       drivers: release-on-abandon, panic-releases, corrupt-fails-open
+                       (default: correct)
 
 EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
 

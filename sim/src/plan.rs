@@ -26,6 +26,73 @@ pub struct Slot {
     pub operation: Operation,
     /// The key.
     pub key: Key,
+    /// Whether the store holds a value under this key that is not a record (another type,
+    /// garbage bytes) from the start. The store answers every command on it "corrupt" and
+    /// never changes it.
+    pub corrupt: bool,
+}
+
+/// A point in a try at which its caller goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerGone {
+    /// The stage of the try whose start the delay counts from.
+    pub stage: Stage,
+    /// How long after the try first reaches `stage` the caller goes away, ms.
+    pub after: u64,
+}
+
+/// A stage of a try, as the service sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// A reserve is out, or due.
+    Reserve,
+    /// Another holder has the key and the try waits for it.
+    Waiting,
+    /// The action runs.
+    Action,
+    /// The result is being recorded.
+    Complete,
+    /// A failure's reservation is being released.
+    Release,
+}
+
+impl Stage {
+    /// Every stage, in the order of a try.
+    pub const ALL: [Stage; 5] = [
+        Stage::Reserve,
+        Stage::Waiting,
+        Stage::Action,
+        Stage::Complete,
+        Stage::Release,
+    ];
+}
+
+/// A window of simulated time in which the store is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    /// The first ms of the window.
+    pub start: u64,
+    /// The first ms after the window.
+    pub end: u64,
+    /// How the store fails in it.
+    pub kind: OutageKind,
+}
+
+/// How an unavailable store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutageKind {
+    /// Every command is refused with an error (a connection refused, a server error).
+    Refusing,
+    /// Every command is swallowed: not applied, never answered (a hung server, a network
+    /// partition). The attempt gives the command up at its reply deadline.
+    Silent,
+}
+
+impl Outage {
+    /// Whether simulated time `now` falls in the window.
+    pub fn covers(&self, now: u64) -> bool {
+        (self.start..self.end).contains(&now)
+    }
 }
 
 /// One action as the provider will carry it out, relative to its start.
@@ -44,6 +111,11 @@ pub struct ActionPlan {
     pub crash_at: Option<u64>,
     /// When, after the start, the holder pauses, and for how long.
     pub pause: Option<(u64, u64)>,
+    /// When, after the start, the action panics, if it does: it ends there, with its
+    /// effect only if that came earlier.
+    pub panic_at: Option<u64>,
+    /// Where in this try the caller goes away, if it does.
+    pub caller_gone: Option<CallerGone>,
 }
 
 impl ActionPlan {
@@ -56,6 +128,8 @@ impl ActionPlan {
             effect_at: duration.saturating_sub(1),
             crash_at: None,
             pause: None,
+            panic_at: None,
+            caller_gone: None,
         }
     }
 
@@ -79,9 +153,15 @@ pub struct ClientPlan {
     pub amount: u32,
     /// The request's fingerprint.
     pub fingerprint: Fingerprint,
-    /// The options its attempts run with.
+    /// The options its attempts run with (their reply deadline included).
     pub options: Options,
-    /// After how long without an answer it retries with the same key (`None`: it waits).
+    /// Whether the service runs its tries attached to the caller: a caller that goes away
+    /// drops the action with it, and the service abandons the attempt
+    /// (`Attempt::abandon`). Detached (the tokio driver's default), the try runs on to its
+    /// end and is recorded.
+    pub attached: bool,
+    /// After how long without an answer it goes away and retries with the same key
+    /// (`None`: it waits).
     pub timeout: Option<u64>,
     /// After an answer worth retrying (failure, in progress, unavailable), how long it waits.
     pub retry_delay: u64,
@@ -106,11 +186,9 @@ pub struct NetworkPlan {
     pub request_lost: u64,
     /// Chance (per mille) that a reply is lost after the store applied the command.
     pub reply_lost: u64,
-    /// Chance (per mille) that a reply is delayed past the command timeout.
+    /// Chance (per mille) that a reply is delayed past the attempt's reply deadline (by
+    /// one to ten of its reply timeouts).
     pub reply_late: u64,
-    /// How long a caller waits for a store reply before treating the command as failed
-    /// (outcome unknown), ms.
-    pub command_timeout: u64,
 }
 
 impl NetworkPlan {
@@ -122,13 +200,7 @@ impl NetworkPlan {
             request_lost: 0,
             reply_lost: 0,
             reply_late: 0,
-            command_timeout: 100,
         }
-    }
-
-    /// The longest a message may take, late replies included.
-    pub fn longest_delay(&self) -> u64 {
-        self.max_delay.max(self.command_timeout * 15)
     }
 }
 
@@ -141,8 +213,8 @@ pub struct Plan {
     pub clients: Vec<ClientPlan>,
     /// The network.
     pub network: NetworkPlan,
-    /// Windows `[start, end)` of simulated ms in which the store refuses every command.
-    pub outages: Vec<(u64, u64)>,
+    /// Windows of simulated ms in which the store refuses, or swallows, every command.
+    pub outages: Vec<Outage>,
     /// The store's clock, in ms ahead of simulated time.
     pub store_offset: u64,
     /// Whether the store notifies other callers of the key when its record is completed,
@@ -217,12 +289,17 @@ impl Plan {
                     slots.push(Slot {
                         operation: operation.clone(),
                         key,
+                        corrupt: false,
                     });
                 }
             }
         }
         if slots.is_empty() {
             return Err(PlanError::NoKeys);
+        }
+        if on(FaultKind::Corrupt) && rng.chance(250) {
+            let corrupt = rng.below(slots.len() as u64) as usize;
+            slots[corrupt].corrupt = true;
         }
         let mut fingerprints = Vec::with_capacity(slots.len() * 2);
         for (i, slot) in slots.iter().enumerate() {
@@ -240,7 +317,6 @@ impl Plan {
                 request_lost: 30,
                 reply_lost: 30,
                 reply_late: 20,
-                command_timeout: 100,
             }
         } else {
             NetworkPlan {
@@ -253,7 +329,13 @@ impl Plan {
         if on(FaultKind::Outage) {
             for _ in 0..rng.below(3) {
                 let start = rng.below(3_000);
-                outages.push((start, start + rng.between(50, 2_500)));
+                let end = start + rng.between(50, 2_500);
+                let kind = if rng.chance(400) {
+                    OutageKind::Silent
+                } else {
+                    OutageKind::Refusing
+                };
+                outages.push(Outage { start, end, kind });
             }
         }
         let skew = if on(FaultKind::Skew) { 3_000 } else { 0 };
@@ -281,6 +363,7 @@ impl Plan {
                 .backoff_initial(Duration::from_millis(10))
                 .backoff_max(Duration::from_millis(200))
                 .store_retries(rng.below(4) as u32)
+                .reply_timeout(Duration::from_millis(rng.between(50, 200)))
                 .build()
                 .map_err(PlanError::Options)?;
             let retries = on(FaultKind::Retries);
@@ -289,12 +372,14 @@ impl Plan {
             for _ in 0..=max_tries {
                 actions.push(random_action(rng, faults, lease));
             }
+            let attached = on(FaultKind::Abandon) && rng.chance(500);
             clients.push(ClientPlan {
                 start: rng.below(1_500),
                 slot,
                 amount,
                 fingerprint,
                 options,
+                attached,
                 timeout: retries.then(|| rng.between(100, 4_000)),
                 retry_delay: rng.between(10, 300),
                 max_tries,
@@ -328,6 +413,18 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
     let crash_at = (on(FaultKind::Crash) && rng.chance(70)).then(|| rng.below(duration));
     let pause = (on(FaultKind::Pause) && rng.chance(80))
         .then(|| (rng.below(duration), lease + rng.between(200, 2_000)));
+    let panic_at = (on(FaultKind::Panic) && rng.chance(40)).then(|| rng.below(duration));
+    let caller_gone = (on(FaultKind::Abandon) && rng.chance(150)).then(|| {
+        let stage = Stage::ALL[rng.below(Stage::ALL.len() as u64) as usize];
+        let after = match stage {
+            // Most replies come within 40 ms: mostly while the command is out.
+            Stage::Reserve | Stage::Complete | Stage::Release => rng.below(30),
+            Stage::Waiting => rng.below(400),
+            // Before or after the effect, now and then after the action's end.
+            Stage::Action => rng.below(duration + 20),
+        };
+        CallerGone { stage, after }
+    });
     ActionPlan {
         duration,
         fails,
@@ -335,5 +432,7 @@ fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {
         effect_at,
         crash_at,
         pause,
+        panic_at,
+        caller_gone,
     }
 }

@@ -39,10 +39,24 @@ pub enum Check {
     /// `I12`: the store files a record under the caller's operation and key, byte for
     /// byte.
     KeysVerbatim,
+    /// Rule 11 (DESIGN.md), a value that is not a record: the store never replaces it, an
+    /// attempt the store answered "corrupt" before its action ran never runs it and ends
+    /// `CorruptRecord`, and nothing is charged under the key but by an attempt that failed
+    /// open without ever being answered.
+    CorruptRecordRunsNothing,
+    /// Rule 11, a panic: the record of a panicked action is `StoredResult::Panicked` (and
+    /// only a panicked action's is), a replay of it answers a request whose own execution
+    /// panicked, and the panicking owner never releases the key.
+    PanicIsOutcomeUnknown,
+    /// Rule 11, an attached call dropped while its action ran: its owner never releases the
+    /// key, which stays held until its lease ends (`I6`, `I7`'s "abandoned mid-action").
+    DroppedActionKeepsKey,
     /// The attempt's promise: while `Attempt::lease` says `Held`, the store really holds
     /// the caller's live reservation.
     HeldLeaseIsLive,
-    /// Every attempt that did not crash finishes, within the run's event budget.
+    /// Every attempt that did not crash finishes, within the run's event budget; an
+    /// abandoned one ends `Abandoned`, or in its normal outcome when it was already
+    /// recording its result or releasing its key.
     EveryAttemptFinishes,
     /// The driver fed the attempt machine only inputs it awaited (a `ProtocolError` is a
     /// simulation bug).
@@ -66,6 +80,9 @@ impl Check {
             Check::LeaseNeverShrinks => "I10 lease-never-shrinks",
             Check::ReserveIdempotent => "I11 reserve-idempotent",
             Check::KeysVerbatim => "I12 keys-verbatim",
+            Check::CorruptRecordRunsNothing => "R11 corrupt-record-runs-nothing",
+            Check::PanicIsOutcomeUnknown => "R11 panic-is-outcome-unknown",
+            Check::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Check::HeldLeaseIsLive => "held-lease-is-live",
             Check::EveryAttemptFinishes => "every-attempt-finishes",
             Check::DriverProtocol => "driver-protocol",
@@ -98,8 +115,13 @@ pub enum Cause {
     FailOpen,
     /// An attempt that charged reported `lease_lost`: its lease ran out during the action.
     LeaseExpired,
-    /// A holder crashed after charging, before recording; its lease ran out.
+    /// A holder crashed after charging, before recording; its lease ran out before the
+    /// holder of the other charge got the key.
     HolderCrashed,
+    /// An attached call was dropped while its action ran (`Abandoned(ActionDropped)`) and
+    /// the action charged; its lease ran out before the holder of the other charge got
+    /// the key, exactly as after a crash.
+    AbandonedMidAction,
     /// An attempt that charged could not record its result (`Recording::Unknown`).
     CompleteUnknown,
     /// The charge came after the earlier result's retention had run out.
@@ -108,10 +130,11 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order the summary prints them.
-    pub const ALL: [Cause; 5] = [
+    pub const ALL: [Cause; 6] = [
         Cause::FailOpen,
         Cause::LeaseExpired,
         Cause::HolderCrashed,
+        Cause::AbandonedMidAction,
         Cause::CompleteUnknown,
         Cause::RetentionExpired,
     ];
@@ -122,6 +145,7 @@ impl Cause {
             Cause::FailOpen => "fail-open",
             Cause::LeaseExpired => "lease-expired",
             Cause::HolderCrashed => "holder-crashed",
+            Cause::AbandonedMidAction => "abandoned-mid-action",
             Cause::CompleteUnknown => "complete-unknown",
             Cause::RetentionExpired => "retention-expired",
         }
@@ -157,6 +181,14 @@ pub enum Response {
     KeyReuse,
     /// The store is unreachable and the policy is fail-closed (HTTP 503).
     StoreUnavailable,
+    /// The action panicked in this try (the driver resumes the panic; a service answers
+    /// 500).
+    Panicked,
+    /// The replay of a panicked action: whether its effect happened is unknown, and the
+    /// action is not run again.
+    OutcomeUnknown,
+    /// The key holds a value that is not a record: nothing ran.
+    CorruptRecord,
 }
 
 impl fmt::Display for Response {
@@ -168,6 +200,9 @@ impl fmt::Display for Response {
             Response::InProgress => f.write_str("InProgressError"),
             Response::KeyReuse => f.write_str("KeyReuseError"),
             Response::StoreUnavailable => f.write_str("StoreUnavailableError"),
+            Response::Panicked => f.write_str("Panicked"),
+            Response::OutcomeUnknown => f.write_str("OutcomeUnknownError"),
+            Response::CorruptRecord => f.write_str("CorruptRecordError"),
         }
     }
 }
@@ -207,7 +242,8 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// Fault and path classes reached.
     pub exercised: ExercisedCounts,
-    /// Per client, the answer to each of its tries (`None`: it never answered, crashed).
+    /// Per client, the answer to each of its tries (`None`: none was given: the service
+    /// crashed, or the caller of an attached try went away).
     pub responses: Vec<Vec<Option<Response>>>,
     /// The card statement.
     pub charges: Vec<Charge>,

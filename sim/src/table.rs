@@ -5,11 +5,12 @@
 
 use idem_core::{Fingerprint, InFlightPolicy, Key, Operation, Options, StoreFailurePolicy};
 
-use crate::plan::{ActionPlan, CALLER_EPOCH, ClientPlan, NetworkPlan, Plan, PlanError, Slot};
+use crate::explore::run_plan;
+use crate::plan::{
+    ActionPlan, CALLER_EPOCH, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Slot,
+};
 use crate::report::{Response, RunReport};
-use crate::rng::SimRng;
 use crate::variant::Variant;
-use crate::world::World;
 
 /// The store a row runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +202,7 @@ impl Scenario {
             TableStore::ResultCache => Variant::ResultCache,
             TableStore::Idem | TableStore::Unreachable => Variant::Correct,
         };
-        let report = World::new(&plan, variant, SimRng::new(0), trace).run();
+        let report = run_plan(&plan, variant, 0, trace);
         let responses = report
             .responses
             .iter()
@@ -233,6 +234,7 @@ impl Scenario {
                 amount: call.amount,
                 fingerprint: Fingerprint::of_bytes(format!("order-1|{}", call.amount).as_bytes()),
                 options: options.clone(),
+                attached: false,
                 timeout: None,
                 retry_delay: 0,
                 max_tries: 1,
@@ -246,11 +248,19 @@ impl Scenario {
             })
             .collect();
         Ok(Plan {
-            slots: vec![Slot { operation, key }],
+            slots: vec![Slot {
+                operation,
+                key,
+                corrupt: false,
+            }],
             clients,
             network: NetworkPlan::reliable(1),
             outages: if self.store == TableStore::Unreachable {
-                vec![(0, u64::MAX)]
+                vec![Outage {
+                    start: 0,
+                    end: u64::MAX,
+                    kind: OutageKind::Refusing,
+                }]
             } else {
                 Vec::new()
             },

@@ -17,7 +17,7 @@ pub trait Class: Copy + 'static {
 }
 
 /// The largest class set a [`Tally`] holds.
-const MAX_CLASSES: usize = 32;
+const MAX_CLASSES: usize = 64;
 
 /// How many times each class of `C` was counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

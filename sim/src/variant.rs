@@ -1,13 +1,15 @@
-//! DELIBERATELY BROKEN store behaviours, for checking the checker.
+//! DELIBERATELY BROKEN store and driver behaviours, for checking the checker.
 //!
 //! Nothing here is how idem works. Each [`Variant`] other than [`Variant::Correct`] is a
 //! bug that real idempotency libraries have shipped (see `NOTES.md`, "What the peers get
-//! wrong"); the simulation runs its store with one of them so that the tests in
-//! `sim/tests/` (and `idem-sim explore --variant X`) can show that the invariant checks
-//! catch it. A checker that never fails checks nothing.
+//! wrong"), or one that idem's own driver had or could have; the simulation runs with one
+//! of them so that the tests in `sim/tests/` (and `idem-sim explore --variant X`) can show
+//! that the invariant checks catch it. A checker that never fails checks nothing.
 //!
-//! The correct store is `idem_core::record::apply` itself; every broken variant is a thin
-//! wrapper that changes one decision and otherwise defers to it.
+//! Store variants change the store node: the correct store is `idem_core::record::apply`
+//! itself, and every broken one is a thin wrapper that changes one decision and otherwise
+//! defers to it. Driver variants ([`Variant::is_driver`]) keep the correct store and change
+//! what the simulated service feeds the attempt machine on an abnormal end.
 
 use std::str::FromStr;
 
@@ -67,6 +69,21 @@ pub enum Variant {
     /// libraries that trim or cap keys do. Two requests with different keys share one
     /// record (`I12`), and one is answered with the other's result (`I4`, `I8`).
     TruncatedKeys,
+    /// BROKEN store: a value that is not a record reads as an absent key, so the first
+    /// reserve is granted and writes a record over it (rule 11).
+    CorruptReadAsAbsent,
+    /// BROKEN driver: an attached call dropped while its action ran is abandoned (the
+    /// attempt ends `Abandoned(ActionDropped)` and keeps the key), and the driver then
+    /// releases the key itself, as its old drop guard did, although the effect may have
+    /// happened: a retry runs the action again long before the lease would have ended
+    /// (rule 11; `I7`, whose "abandoned mid-action" cause holds only after the lease end).
+    ReleaseOnAbandon,
+    /// BROKEN driver: a panic is fed as `ActionResult::Failed`, so the key is released and
+    /// a retry runs an action that may already have had its effect (rule 11, `I7`).
+    PanicReleases,
+    /// BROKEN driver: a "corrupt record" answer is fed as a store failure, so the command
+    /// is retried and, under fail-open, the action runs unprotected (rule 11).
+    CorruptFailsOpen,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -74,7 +91,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 12] = [
+    pub const ALL: [Variant; 16] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -87,6 +104,10 @@ impl Variant {
         Variant::PendingWithoutLease,
         Variant::ReserveForgetsOwner,
         Variant::TruncatedKeys,
+        Variant::CorruptReadAsAbsent,
+        Variant::ReleaseOnAbandon,
+        Variant::PanicReleases,
+        Variant::CorruptFailsOpen,
     ];
 
     /// The name used on the command line.
@@ -104,7 +125,44 @@ impl Variant {
             Variant::PendingWithoutLease => "pending-without-lease",
             Variant::ReserveForgetsOwner => "reserve-forgets-owner",
             Variant::TruncatedKeys => "truncated-keys",
+            Variant::CorruptReadAsAbsent => "corrupt-read-as-absent",
+            Variant::ReleaseOnAbandon => "release-on-abandon",
+            Variant::PanicReleases => "panic-releases",
+            Variant::CorruptFailsOpen => "corrupt-fails-open",
         }
+    }
+
+    /// Whether the variant is the driver's (the store is then the correct one).
+    pub fn is_driver(self) -> bool {
+        matches!(
+            self,
+            Variant::ReleaseOnAbandon | Variant::PanicReleases | Variant::CorruptFailsOpen
+        )
+    }
+
+    /// Whether the driver, when an attached call is dropped while its action runs, releases
+    /// the key itself after abandoning the attempt ([`Variant::ReleaseOnAbandon`]).
+    pub fn releases_on_abandon(self) -> bool {
+        self == Variant::ReleaseOnAbandon
+    }
+
+    /// Whether the driver feeds a panic as a failure ([`Variant::PanicReleases`]).
+    pub fn feeds_panic_as_failure(self) -> bool {
+        self == Variant::PanicReleases
+    }
+
+    /// Whether the driver feeds a "corrupt record" answer as a store failure
+    /// ([`Variant::CorruptFailsOpen`]).
+    pub fn feeds_corrupt_as_store_error(self) -> bool {
+        self == Variant::CorruptFailsOpen
+    }
+
+    /// One step of this variant's store on a key that holds a value that is not a record:
+    /// `None` when the store answers "corrupt" and changes nothing (the correct store, and
+    /// every variant but [`Variant::CorruptReadAsAbsent`]), or the transition of a store
+    /// that reads the value as an absent key.
+    pub fn apply_to_garbage(self, command: Command, now: Timestamp) -> Option<Transition> {
+        (self == Variant::CorruptReadAsAbsent).then(|| record::apply(None, command, now))
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).

@@ -40,6 +40,17 @@ fn explore_prints_a_summary_and_fails_on_a_broken_store() {
     let (code, out, _) = idem_sim(&["explore", "--seeds", "100", "--variant", "result-cache"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("I7 one-effect-per-key"), "{out}");
+    // A broken driver is chosen the same way.
+    let (code, out, _) = idem_sim(&[
+        "explore",
+        "--seeds",
+        "100",
+        "--variant",
+        "release-on-abandon",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("R11 dropped-action-keeps-key"), "{out}");
+    assert!(out.contains("--variant release-on-abandon"), "{out}");
 }
 
 #[test]

@@ -30,7 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 25 of 25"), "{text}");
+    assert!(text.contains("exercised: 39 of 39"), "{text}");
 }
 
 #[test]
@@ -61,6 +61,20 @@ fn faults_that_are_off_are_never_injected() {
         Exercised::LateRetry,
         Exercised::ClientRetry,
         Exercised::FailOpen,
+        Exercised::DetachedCallerGone,
+        Exercised::AbandonMidReserve,
+        Exercised::AbandonWhileWaiting,
+        Exercised::AbandonBeforeEffect,
+        Exercised::AbandonChargeInFlight,
+        Exercised::AbandonAfterEffect,
+        Exercised::AbandonMidComplete,
+        Exercised::AbandonMidRelease,
+        Exercised::PanicBeforeEffect,
+        Exercised::PanicAfterEffect,
+        Exercised::PanicReplayed,
+        Exercised::CorruptRecord,
+        Exercised::StoreSilent,
+        Exercised::FailClosedRelease,
     ] {
         assert_eq!(
             summary.exercised.get(class),
@@ -92,6 +106,64 @@ fn faults_that_are_off_are_never_injected() {
     assert!(summary.exercised.get(Exercised::PausePastLease) > 0);
     assert!(summary.extra.get(Cause::LeaseExpired) > 0, "{summary}");
     assert_eq!(summary.extra.get(Cause::FailOpen), 0, "{summary}");
+}
+
+/// Each abnormal end on its own: callers that go away (a dropped action's key is taken
+/// over only after its lease, which explains every extra charge), panics recorded and
+/// replayed as "outcome unknown", keys that hold no record.
+#[test]
+fn each_abnormal_end_alone_holds_every_check() {
+    let alone = |kind: FaultKind| {
+        let config = Config {
+            shape: Shape {
+                faults: Faults::none().with(kind),
+                ..Shape::default()
+            },
+            ..Config::default()
+        };
+        let summary = explore(0, 400, &config, |_| {}).unwrap();
+        assert!(summary.failing_seeds.is_empty(), "{summary}");
+        summary
+    };
+    let abandon = alone(FaultKind::Abandon);
+    for class in [
+        Exercised::DetachedCallerGone,
+        Exercised::AbandonMidReserve,
+        Exercised::AbandonWhileWaiting,
+        Exercised::AbandonBeforeEffect,
+        Exercised::AbandonChargeInFlight,
+        Exercised::AbandonAfterEffect,
+        Exercised::AbandonMidComplete,
+    ] {
+        assert!(abandon.exercised.get(class) > 0, "{class:?}\n{abandon}");
+    }
+    // Without crashes, pauses, outages or a lossy network, a dropped action is the only
+    // cause of an extra charge.
+    assert!(
+        abandon.extra.get(Cause::AbandonedMidAction) > 0,
+        "{abandon}"
+    );
+    assert_eq!(
+        abandon.extra.total(),
+        abandon.extra.get(Cause::AbandonedMidAction),
+        "{abandon}"
+    );
+
+    let panic = alone(FaultKind::Panic);
+    assert!(
+        panic.exercised.get(Exercised::PanicAfterEffect) > 0,
+        "{panic}"
+    );
+    assert!(panic.exercised.get(Exercised::PanicReplayed) > 0, "{panic}");
+    // A panicked action's key is completed: it never explains a second charge.
+    assert_eq!(panic.extra.total(), 0, "{panic}");
+
+    let corrupt = alone(FaultKind::Corrupt);
+    assert!(
+        corrupt.exercised.get(Exercised::CorruptRecord) > 0,
+        "{corrupt}"
+    );
+    assert_eq!(corrupt.extra.total(), 0, "{corrupt}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Checking the checker: each deliberately broken store (`idem_sim::variant`) is caught by
-//! the check written for the bug it has, over a modest number of seeds.
+//! Checking the checker: each deliberately broken store or driver (`idem_sim::variant`) is
+//! caught by the check written for the bug it has, over a modest number of seeds.
 
 use idem_sim::{Check, Config, FaultKind, Faults, Shape, Summary, Variant, explore};
 
@@ -141,6 +141,48 @@ fn keys_shortened_by_the_store_are_caught() {
 }
 
 #[test]
+fn a_store_that_reads_a_value_that_is_not_a_record_as_absent_is_caught() {
+    let summary = explore_variant(Variant::CorruptReadAsAbsent, 300);
+    assert!(
+        caught_by(&summary, Check::CorruptRecordRunsNothing) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_driver_that_releases_the_key_of_a_dropped_action_is_caught() {
+    let summary = explore_variant(Variant::ReleaseOnAbandon, 600);
+    // Its attempts end `Abandoned(ActionDropped)`, a cause of one extra charge, but the
+    // retry got the key before the dropped holder's lease ended: the cause does not hold.
+    assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+    assert!(
+        caught_by(&summary, Check::DroppedActionKeepsKey) > 0,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_driver_that_feeds_a_panic_as_a_failure_is_caught() {
+    let summary = explore_variant(Variant::PanicReleases, 600);
+    assert!(
+        caught_by(&summary, Check::PanicIsOutcomeUnknown) > 0,
+        "{summary}"
+    );
+    // The key is released, and a retry runs an action that may have had its effect.
+    assert!(caught_by(&summary, Check::OneEffectPerKey) > 0, "{summary}");
+}
+
+#[test]
+fn a_driver_that_fails_open_on_a_corrupt_record_is_caught() {
+    let summary = explore_variant(Variant::CorruptFailsOpen, 300);
+    assert!(
+        caught_by(&summary, Check::CorruptRecordRunsNothing) > 0,
+        "{summary}"
+    );
+    assert_eq!(summary.by_check.len(), 1, "{summary}");
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");
@@ -153,4 +195,14 @@ fn variant_names_round_trip_and_unknown_names_are_refused() {
     }
     let err = "no-such-bug".parse::<Variant>().unwrap_err();
     assert!(err.to_string().contains("result-cache"), "{err}");
+    assert!(err.to_string().contains("release-on-abandon"), "{err}");
+    let drivers: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.is_driver()).collect();
+    assert_eq!(
+        drivers,
+        [
+            Variant::ReleaseOnAbandon,
+            Variant::PanicReleases,
+            Variant::CorruptFailsOpen
+        ]
+    );
 }

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use idem_core::record::Write;
 use idem_core::{
-    Command, Completion, Fingerprint, LeaseState, Outcome, OwnerToken, Protection, Record,
-    Recording, Reply, Timestamp,
+    Abandonment, Command, Completion, Fingerprint, LeaseState, Outcome, OwnerToken, Protection,
+    Record, Recording, Reply, StoredResult, Timestamp,
 };
 
 use super::World;
@@ -66,24 +66,112 @@ impl World<'_> {
         }
     }
 
-    /// `I5`: a complete carries the result of its owner's own successful action.
+    /// `I5`: a complete carries the result of its owner's own successful action; rule 11:
+    /// after a panic, and only then, it carries `StoredResult::Panicked`.
     pub(super) fn check_recorded_result(&mut self, worker: usize, command: &Command) {
         let Command::Complete { result, .. } = command else {
             return;
         };
-        let body = result.value();
         let w = &self.workers[worker];
-        let succeeded = match (w.action.fails, w.charge, body) {
-            (false, Some(charge), Some(body)) => {
-                !w.action.unrecordable
-                    && body.as_bytes() == self.report.charges[charge].id().as_bytes()
+        let (check, fine) = match result {
+            StoredResult::Panicked => (Check::PanicIsOutcomeUnknown, w.panicked),
+            _ if w.panicked => (Check::PanicIsOutcomeUnknown, false),
+            StoredResult::Value(body) => {
+                let fine = match (w.action.fails, w.charge) {
+                    (false, Some(charge)) => {
+                        !w.action.unrecordable
+                            && body.as_bytes() == self.report.charges[charge].id().as_bytes()
+                    }
+                    _ => false,
+                };
+                (Check::FailuresNotRecorded, fine)
             }
-            (false, Some(_), None) => w.action.unrecordable,
-            _ => false,
+            StoredResult::NotStored => (
+                Check::FailuresNotRecorded,
+                !w.action.fails && w.charge.is_some() && w.action.unrecordable,
+            ),
         };
-        if !succeeded {
-            let detail = format!("w{worker} records {body:?} without a successful action");
-            self.violation(Check::FailuresNotRecorded, detail);
+        if !fine {
+            let detail = format!(
+                "w{worker} records {result:?} after {}",
+                if w.panicked { "a panic" } else { "no panic" }
+            );
+            self.violation(check, detail);
+        }
+    }
+
+    /// Rule 11: an owner whose action may have had its effect never gives its key back: not
+    /// after a panic, not after its action was dropped mid-run.
+    pub(super) fn check_abnormal_command(&mut self, worker: usize, command: &Command) {
+        if !matches!(command, Command::Release { .. }) {
+            return;
+        }
+        let (panicked, dropped) = {
+            let w = &self.workers[worker];
+            (w.panicked, w.dropped_at.is_some())
+        };
+        if panicked {
+            let detail = format!("w{worker} releases its key after its action panicked");
+            self.violation(Check::PanicIsOutcomeUnknown, detail);
+        }
+        if dropped {
+            let detail = format!("w{worker} releases its key after its action was dropped mid-run");
+            self.violation(Check::DroppedActionKeepsKey, detail);
+        }
+    }
+
+    /// Whether the key of `worker` started out holding a value that is not a record.
+    fn on_corrupt_key(&self, worker: usize) -> bool {
+        self.plan.slots[self.storage[self.workers[worker].slot]].corrupt
+    }
+
+    /// Rule 11: an attempt the store answered "corrupt" never runs its action.
+    pub(super) fn check_run_on_corrupt_key(&mut self, worker: usize) {
+        if self.workers[worker].corrupt_before_run {
+            let detail =
+                format!("w{worker} runs its action after the store said its key holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
+        }
+    }
+
+    /// Rule 11: nothing is charged under a key that holds a value that is not a record,
+    /// but by an attempt that failed open without ever being answered.
+    pub(super) fn check_charge_on_corrupt_key(&mut self, worker: usize) {
+        let w = &self.workers[worker];
+        if self.on_corrupt_key(worker) && (!w.unprotected || w.corrupt_before_run) {
+            let detail = format!("w{worker} charges under a key that holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
+        }
+    }
+
+    /// Rule 11: every answer under a key that holds a value that is not a record is
+    /// `CorruptRecord`, but for an attempt the store never answered (fail-closed, or
+    /// failed open and ran unprotected).
+    pub(super) fn check_answer_on_corrupt_key(&mut self, worker: usize, outcome: &Outcome) {
+        if !self.on_corrupt_key(worker) {
+            return;
+        }
+        let w = &self.workers[worker];
+        let unanswered_run = w.unprotected && !w.corrupt_before_run;
+        let fine = match outcome {
+            Outcome::CorruptRecord => true,
+            Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease) => true,
+            Outcome::StoreUnavailable => !w.corrupt_before_run,
+            Outcome::Abandoned(Abandonment::ActionDropped) | Outcome::ActionFailed { .. } => {
+                unanswered_run
+            }
+            Outcome::Executed(execution) | Outcome::Panicked(execution) => {
+                execution.protection == Protection::FailedOpen && unanswered_run
+            }
+            Outcome::Replayed { .. }
+            | Outcome::KeyReuse { .. }
+            | Outcome::InProgress
+            | Outcome::RolledBack { .. }
+            | Outcome::CommitUnknown => false,
+        };
+        if !fine {
+            let detail = format!("w{worker} ends {outcome:?} under a key that holds no record");
+            self.violation(Check::CorruptRecordRunsNothing, detail);
         }
     }
 
@@ -193,13 +281,17 @@ impl World<'_> {
         {
             fail(self, Check::LeaseNeverShrinks, "the lease shrank");
         }
-        // I6: a crashed holder's reservation is not reported in flight past its lease.
+        // I6: the reservation of a holder that stopped renewing (it crashed, or its action
+        // was dropped) is not reported in flight past its lease, counted from the last
+        // renewal it may have sent then.
         if let (Reply::InFlight { .. }, Some(Record::Pending { owner, .. })) = (reply, live)
             && let Some(holder) = self.worker_of(*owner)
-            && let Some(crashed_at) = self.workers[holder].crashed_at
+            && let Some(stopped_at) = self.workers[holder]
+                .crashed_at
+                .or(self.workers[holder].dropped_at)
         {
             let lease = self.workers[holder].attempt.options().lease().as_millis() as u64;
-            let bound = crashed_at + lease + self.plan.network.longest_delay();
+            let bound = stopped_at + lease + self.plan.network.max_delay;
             if self.now > bound {
                 fail(
                     self,
@@ -265,6 +357,28 @@ impl World<'_> {
         }
     }
 
+    /// Rule 11: a replay of `StoredResult::Panicked` ("outcome unknown") answers a request
+    /// whose own execution panicked.
+    pub(super) fn check_panic_replay(
+        &mut self,
+        worker: usize,
+        slot: usize,
+        fingerprint: Fingerprint,
+    ) {
+        let made = self
+            .workers
+            .iter()
+            .any(|by| by.slot == slot && by.panicked && by.attempt.fingerprint() == fingerprint);
+        if !made {
+            self.violation(
+                Check::PanicIsOutcomeUnknown,
+                format!(
+                    "w{worker} is answered \"outcome unknown\", but no such execution panicked"
+                ),
+            );
+        }
+    }
+
     /// `I7`: the first charge of a key is its effect; each further one must be explained
     /// by a cause the model allows (MODEL.md, "Non-guarantees"), one cause per charge.
     pub(super) fn classify_effects(&mut self, slot: usize) {
@@ -281,7 +395,7 @@ impl World<'_> {
         let extras = charges.len() - 1;
         let mut causes = Vec::with_capacity(charges.len());
         for (i, charge) in charges.iter().enumerate() {
-            let cause = self.cause_of(charge.worker as usize).or_else(|| {
+            let cause = self.cause_of(charge.worker as usize, &charges).or_else(|| {
                 let at = charge.at + self.plan.store_offset;
                 charges[..i]
                     .iter()
@@ -317,14 +431,36 @@ impl World<'_> {
     }
 
     /// The allowed cause a charge by `worker` brings with it, if any: each such charge
-    /// allows one extra charge of its key.
-    pub(super) fn cause_of(&self, worker: usize) -> Option<Cause> {
+    /// allows one extra charge of its key (`charges`, every charge of the key).
+    ///
+    /// A holder that crashed, or whose action was dropped mid-run, leaves its key held
+    /// until its lease ends: its charge explains another only when the holder of another
+    /// charge got the key at or after that lease end, on the store's clock. A panic is no
+    /// cause: the key of a panicked action is completed ("outcome unknown").
+    pub(super) fn cause_of(&self, worker: usize, charges: &[Charge]) -> Option<Cause> {
         let w = &self.workers[worker];
-        if w.crashed_at.is_some() {
-            return Some(Cause::HolderCrashed);
+        if w.unprotected {
+            return Some(Cause::FailOpen);
+        }
+        let gone = if w.crashed_at.is_some() {
+            Some(Cause::HolderCrashed)
+        } else if w.outcome == Some(Outcome::Abandoned(Abandonment::ActionDropped)) {
+            Some(Cause::AbandonedMidAction)
+        } else {
+            None
+        };
+        if let Some(cause) = gone {
+            let lease_end = w.lease_end?;
+            let taken_over = charges.iter().any(|other| {
+                other.worker as usize != worker
+                    && self.workers[other.worker as usize]
+                        .granted_at
+                        .is_some_and(|granted| granted >= lease_end)
+            });
+            return taken_over.then_some(cause);
         }
         match &w.outcome {
-            Some(Outcome::Executed(execution)) => {
+            Some(Outcome::Executed(execution) | Outcome::Panicked(execution)) => {
                 if execution.protection == Protection::FailedOpen {
                     Some(Cause::FailOpen)
                 } else if execution.lease_lost {

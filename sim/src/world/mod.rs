@@ -9,19 +9,15 @@ use std::fmt::Write as _;
 
 use idem_core::record::Write;
 use idem_core::{
-    ActionResult, Attempt, Body, Command, Execution, Outcome, OwnerToken, Protection, Record,
-    Recording, Reply, Step, StoredResult, Timestamp,
+    ActionResult, Attempt, Body, Command, LeaseState, Outcome, OwnerToken, Record, Reply, Step,
+    Timestamp,
 };
 
 use crate::faults::Exercised;
-use crate::plan::{ActionPlan, CALLER_EPOCH, Plan};
-use crate::report::{Charge, Check, Response, RunReport, Violation};
+use crate::plan::{ActionPlan, CALLER_EPOCH, Outage, OutageKind, Plan, Stage};
+use crate::report::{Charge, Check, RunReport, Violation};
 use crate::rng::SimRng;
 use crate::variant::Variant;
-
-mod checks;
-
-use checks::CommandSummary;
 
 /// A run that processes more events than this is stuck (a livelock): the check
 /// [`Check::EveryAttemptFinishes`] fails.
@@ -35,6 +31,12 @@ macro_rules! trace {
     };
 }
 
+mod answer;
+mod checks;
+mod gone;
+
+use checks::CommandSummary;
+
 #[derive(Debug)]
 enum Event {
     Try {
@@ -44,6 +46,10 @@ enum Event {
     ClientTimeout {
         client: u32,
         try_no: u32,
+    },
+    /// The caller of a try goes away at the point its plan names.
+    CallerGone {
+        worker: u32,
     },
     Wake {
         worker: u32,
@@ -59,11 +65,7 @@ enum Event {
     Reply {
         worker: u32,
         cmd: u32,
-        reply: Option<Reply>,
-    },
-    CommandTimeout {
-        worker: u32,
-        cmd: u32,
+        answer: Answer,
     },
     Effect {
         worker: u32,
@@ -81,6 +83,17 @@ enum Event {
     Notice {
         worker: u32,
     },
+}
+
+/// What comes back to a caller for one command.
+#[derive(Debug)]
+enum Answer {
+    /// The store applied the command and answered.
+    Reply(Reply),
+    /// The store refused the command (an outage): its effect is unknown to the caller.
+    Refused,
+    /// The key holds a value that is not a record: the store changed nothing.
+    Corrupt,
 }
 
 #[derive(Debug)]
@@ -133,9 +146,10 @@ struct Worker {
     slot: usize,
     /// The real attempt machine.
     attempt: Attempt,
-    /// What the provider does when the action runs.
+    /// What the provider does when the action runs, and where the caller goes away.
     action: ActionPlan,
-    /// The command awaiting a reply or a timeout (replies to older ones are late).
+    /// The command awaiting a reply (replies to older ones, or to one the attempt gave up
+    /// at its reply deadline, are late).
     outstanding: Option<u32>,
     next_cmd: u32,
     /// The one wake-up that counts; other queued wake-ups are stale.
@@ -144,10 +158,37 @@ struct Worker {
     paused_until: u64,
     /// When the process crashed; it handles nothing after.
     crashed_at: Option<u64>,
+    /// The stage of the try, as the service sees it (`None` before its first poll).
+    stage: Option<Stage>,
+    /// The action was handed out (it runs, or ran).
+    ran: bool,
+    /// The action runs: handed out, not ended, not dropped.
+    running: bool,
+    /// The action ran without a reservation (fail-open).
+    unprotected: bool,
+    /// The provider's charge is still to come.
+    effect_pending: bool,
+    /// The provider's charge will not land: the action was dropped before sending it.
+    charge_dropped: bool,
+    /// The action panicked (whatever the driver fed the attempt).
+    panicked: bool,
+    /// The caller of this attached try went away in this stage, and the attempt was
+    /// abandoned.
+    abandoned_in: Option<Stage>,
+    /// When the action was dropped while it ran (the attempt then stops renewing).
+    dropped_at: Option<u64>,
+    /// The store answered "corrupt" before the action was handed out.
+    corrupt_before_run: bool,
+    /// The caller was answered (a fail-closed try answers, then settles).
+    answered: bool,
     /// The charge its action made, as an index into the statement.
     charge: Option<usize>,
     /// How the attempt ended.
     outcome: Option<Outcome>,
+    /// When the store first granted this worker's reservation (store's clock).
+    granted_at: Option<u64>,
+    /// The end of this worker's reservation as the store last wrote it (store's clock).
+    lease_end: Option<u64>,
     /// When the result this worker recorded expires, on the store's clock.
     recorded_until: Option<u64>,
     /// The store found this worker's reservation gone when it completed or renewed.
@@ -156,11 +197,20 @@ struct Worker {
     lease_misreported: bool,
 }
 
+impl Worker {
+    /// Whether the process still handles events: not crashed, attempt not over.
+    fn live(&self) -> bool {
+        self.crashed_at.is_none() && self.outcome.is_none()
+    }
+}
+
 /// A client's progress through its tries.
 #[derive(Debug, Default)]
 struct Client {
     /// Tries started.
     tries: u32,
+    /// The worker of its latest try.
+    current: Option<usize>,
     /// It has its answer (a result or a refusal) and retries no more.
     done: bool,
     /// Its one late retry is scheduled.
@@ -177,6 +227,8 @@ pub(crate) struct World<'p> {
     queue: BinaryHeap<Queued>,
     /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
+    /// Whether a storage slot still holds the value that is not a record it started with.
+    garbage: Vec<bool>,
     /// The storage slot of each plan slot: the slot itself, unless the store files two
     /// keys under one (a broken variant).
     storage: Vec<usize>,
@@ -198,6 +250,7 @@ impl<'p> World<'p> {
             seq: 0,
             queue: BinaryHeap::with_capacity(64),
             records: vec![None; plan.slots.len()],
+            garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
@@ -236,26 +289,38 @@ impl<'p> World<'p> {
         for (i, slot) in plan.slots.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  key {i}: {} {}",
+                "  key {i}: {} {}{}",
                 slot.operation.as_str(),
-                slot.key.as_str()
+                slot.key.as_str(),
+                if slot.corrupt {
+                    " (holds a value that is not a record)"
+                } else {
+                    ""
+                }
             );
         }
         for (i, client) in plan.clients.iter().enumerate() {
             let options = &client.options;
             let _ = writeln!(
                 out,
-                "  c{i}: at {}ms key {} amount {} clock +{}ms, {:?} {:?}, lease {:?}, \
-                 wait {:?}, store retries {}, timeout {:?}, tries {}, late retry {:?}",
+                "  c{i}: at {}ms key {} amount {} clock +{}ms, {}, {:?} {:?}, lease {:?}, \
+                 wait {:?}, store retries {}, reply timeout {:?}, timeout {:?}, tries {}, \
+                 late retry {:?}",
                 client.start,
                 client.slot,
                 client.amount,
                 client.clock_offset,
+                if client.attached {
+                    "attached"
+                } else {
+                    "detached"
+                },
                 options.in_flight(),
                 options.on_store_failure(),
                 options.lease(),
                 options.wait_deadline(),
                 options.store_retries(),
+                options.reply_timeout(),
                 client.timeout,
                 client.max_tries,
                 client.late_retry
@@ -323,8 +388,12 @@ impl<'p> World<'p> {
                     && state.tries < plan.max_tries
                     && unanswered
                 {
+                    let current = state.current;
                     self.exercised(Exercised::ClientRetry);
                     trace!(self, "c{client} times out and retries with the same key");
+                    if let Some(worker) = current {
+                        self.caller_goes_away(worker, "timed out");
+                    }
                     self.start_try(client as usize);
                 }
             }
@@ -333,26 +402,12 @@ impl<'p> World<'p> {
                 cmd,
                 command,
             } => self.store_receives(worker as usize, cmd, command),
-            Event::Effect { worker } => {
-                let w = &self.workers[worker as usize];
-                if w.crashed_at.is_none() {
-                    let number = self.report.charges.len() as u32 + 1;
-                    let charge = Charge {
-                        number,
-                        slot: w.slot,
-                        worker,
-                        at: self.now,
-                    };
-                    self.workers[worker as usize].charge = Some(self.report.charges.len());
-                    self.report.charges.push(charge);
-                    self.report.effects += 1;
-                    trace!(self, "provider charges ch_{number} for w{worker}");
-                }
-            }
+            Event::Effect { worker } => self.effect(worker as usize),
             Event::Crash { worker } => {
                 let w = &mut self.workers[worker as usize];
-                if w.crashed_at.is_none() && w.outcome.is_none() {
+                if w.live() {
                     w.crashed_at = Some(self.now);
+                    w.running = false;
                     let class = if w.charge.is_some() {
                         Exercised::CrashAfterEffect
                     } else {
@@ -366,6 +421,35 @@ impl<'p> World<'p> {
         }
     }
 
+    /// The provider's charge lands, unless the process crashed or the action was dropped
+    /// before its request was sent.
+    fn effect(&mut self, worker: usize) {
+        let w = &mut self.workers[worker];
+        w.effect_pending = false;
+        if w.crashed_at.is_some() {
+            return;
+        }
+        if w.charge_dropped {
+            trace!(
+                self,
+                "the dropped action of w{worker} never reaches the provider"
+            );
+            return;
+        }
+        let number = self.report.charges.len() as u32 + 1;
+        let charge = Charge {
+            number,
+            slot: w.slot,
+            worker: worker as u32,
+            at: self.now,
+        };
+        w.charge = Some(self.report.charges.len());
+        self.report.charges.push(charge);
+        self.report.effects += 1;
+        trace!(self, "provider charges ch_{number} for w{worker}");
+        self.check_charge_on_corrupt_key(worker);
+    }
+
     /// Events the holder's own process handles: ignored once it crashed, held back while
     /// it is paused.
     fn worker_event(&mut self, event: Event) {
@@ -373,22 +457,21 @@ impl<'p> World<'p> {
             Event::Wake { worker }
             | Event::Resume { worker }
             | Event::Reply { worker, .. }
-            | Event::CommandTimeout { worker, .. }
             | Event::ActionDone { worker }
             | Event::Pause { worker, .. }
-            | Event::Notice { worker } => *worker as usize,
+            | Event::Notice { worker }
+            | Event::CallerGone { worker } => *worker as usize,
             _ => return,
         };
-        let w = &self.workers[worker];
         // A crashed process handles nothing; a finished attempt has nothing left to do
         // (its stale wake-ups and late replies are dropped).
-        if w.crashed_at.is_some() || w.outcome.is_some() {
+        if !self.workers[worker].live() {
             return;
         }
-        if w.paused_until > self.now {
-            let until = w.paused_until;
+        let paused_until = self.workers[worker].paused_until;
+        if paused_until > self.now {
             if !matches!(event, Event::Wake { .. } | Event::Notice { .. }) {
-                self.at(until, event);
+                self.at(paused_until, event);
             }
             return;
         }
@@ -410,52 +493,17 @@ impl<'p> World<'p> {
                 self.workers[worker].wake_at = None;
                 self.drive(worker);
             }
-            Event::Reply { cmd, reply, .. } => {
+            Event::Reply { cmd, answer, .. } => {
                 if self.workers[worker].outstanding != Some(cmd) {
                     trace!(self, "w{worker} ignores the late reply to #{cmd}");
                     return;
                 }
                 self.workers[worker].outstanding = None;
-                let now = Timestamp::from_millis(self.caller_now(worker));
-                let fed = match reply {
-                    Some(reply) => self.workers[worker].attempt.handle_reply(reply, now),
-                    None => self.workers[worker].attempt.handle_store_error(now),
-                };
-                self.fed(worker, fed);
+                self.feed_answer(worker, answer);
                 self.drive(worker);
             }
-            Event::CommandTimeout { cmd, .. } => {
-                if self.workers[worker].outstanding != Some(cmd) {
-                    return;
-                }
-                trace!(self, "w{worker} times out on #{cmd}");
-                self.workers[worker].outstanding = None;
-                let now = Timestamp::from_millis(self.caller_now(worker));
-                let fed = self.workers[worker].attempt.handle_store_error(now);
-                self.fed(worker, fed);
-                self.drive(worker);
-            }
-            Event::ActionDone { .. } => {
-                let w = &self.workers[worker];
-                let result = match (w.action.fails, w.action.unrecordable, w.charge) {
-                    (false, false, Some(charge)) => {
-                        ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
-                    }
-                    (false, true, Some(_)) => {
-                        self.report.exercised.add(Exercised::Unrecordable);
-                        ActionResult::Unrecordable
-                    }
-                    _ => ActionResult::Failed,
-                };
-                trace!(self, "w{worker} action ends: {result:?}");
-                let now = Timestamp::from_millis(self.caller_now(worker));
-                let fed = self.workers[worker]
-                    .attempt
-                    .handle_action_result(result, now);
-                self.fed(worker, fed);
-                self.drive(worker);
-            }
-            Event::Pause { length, .. } if self.workers[worker].outcome.is_none() => {
+            Event::ActionDone { .. } => self.action_done(worker),
+            Event::Pause { length, .. } => {
                 self.exercised(Exercised::PausePastLease);
                 trace!(self, "w{worker} pauses for {length}ms");
                 self.workers[worker].paused_until = self.now + length;
@@ -466,8 +514,83 @@ impl<'p> World<'p> {
                     },
                 );
             }
+            Event::CallerGone { .. } => self.planned_caller_gone(worker),
             _ => {}
         }
+    }
+
+    /// Feeds the attempt what came back for its outstanding command.
+    fn feed_answer(&mut self, worker: usize, answer: Answer) {
+        let now = Timestamp::from_millis(self.caller_now(worker));
+        let fed = match answer {
+            Answer::Reply(reply) => self.workers[worker].attempt.handle_reply(reply, now),
+            Answer::Refused => self.workers[worker].attempt.handle_store_error(now),
+            Answer::Corrupt => {
+                let w = &mut self.workers[worker];
+                if !w.ran {
+                    w.corrupt_before_run = true;
+                }
+                if self.variant.feeds_corrupt_as_store_error() {
+                    trace!(
+                        self,
+                        "w{worker} takes the corrupt record for a store failure"
+                    );
+                    self.workers[worker].attempt.handle_store_error(now)
+                } else {
+                    self.workers[worker].attempt.handle_corrupt_record(now)
+                }
+            }
+        };
+        self.fed(worker, fed);
+    }
+
+    /// The action ends: succeeded, failed, unrecordable, or panicked. A dropped action's
+    /// end is nobody's to feed.
+    fn action_done(&mut self, worker: usize) {
+        let w = &mut self.workers[worker];
+        if !w.running {
+            return;
+        }
+        w.running = false;
+        let result = if w.action.panic_at.is_some() {
+            w.panicked = true;
+            let class = if w.charge.is_some() {
+                Exercised::PanicAfterEffect
+            } else {
+                Exercised::PanicBeforeEffect
+            };
+            self.exercised(class);
+            trace!(self, "w{worker}'s action panics ({})", class.name());
+            if self.variant.feeds_panic_as_failure() {
+                ActionResult::Failed
+            } else {
+                ActionResult::Panicked
+            }
+        } else {
+            match (w.action.fails, w.action.unrecordable, w.charge) {
+                (false, false, Some(charge)) => {
+                    ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
+                }
+                (false, true, Some(_)) => {
+                    self.exercised(Exercised::Unrecordable);
+                    ActionResult::Unrecordable
+                }
+                _ => ActionResult::Failed,
+            }
+        };
+        trace!(self, "w{worker} action ends: {result:?}");
+        let stage = if result == ActionResult::Failed {
+            Stage::Release
+        } else {
+            Stage::Complete
+        };
+        self.enter(worker, stage);
+        let now = Timestamp::from_millis(self.caller_now(worker));
+        let fed = self.workers[worker]
+            .attempt
+            .handle_action_result(result, now);
+        self.fed(worker, fed);
+        self.drive(worker);
     }
 
     fn fed(&mut self, worker: usize, fed: Result<(), idem_core::ProtocolError>) {
@@ -494,9 +617,10 @@ impl<'p> World<'p> {
         let try_no = state.tries;
         state.tries += 1;
         let more_tries = state.tries < plan.max_tries;
+        let worker = self.workers.len();
+        state.current = Some(worker);
         self.report.responses[client].push(None);
         self.report.requests += 1;
-        let worker = self.workers.len();
         let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
         let jitter = self.rng.next_u64();
         let slot = &self.plan.slots[plan.slot];
@@ -528,8 +652,21 @@ impl<'p> World<'p> {
             wake_at: None,
             paused_until: 0,
             crashed_at: None,
+            stage: None,
+            ran: false,
+            running: false,
+            unprotected: false,
+            effect_pending: false,
+            charge_dropped: false,
+            panicked: false,
+            abandoned_in: None,
+            dropped_at: None,
+            corrupt_before_run: false,
+            answered: false,
             charge: None,
             outcome: None,
+            granted_at: None,
+            lease_end: None,
             recorded_until: None,
             lapsed: false,
             lease_misreported: false,
@@ -557,16 +694,39 @@ impl<'p> World<'p> {
             let step = self.workers[worker]
                 .attempt
                 .poll(Timestamp::from_millis(clock));
-            if !self.workers[worker].attempt.awaiting_reply() {
-                // The attempt gave its command up at its reply deadline (or has none out):
-                // a reply or timeout of that command is late from now on.
-                self.workers[worker].outstanding = None;
+            if !self.workers[worker].attempt.awaiting_reply()
+                && let Some(cmd) = self.workers[worker].outstanding.take()
+            {
+                // The attempt gave the command up at its reply deadline: a reply to it is
+                // late from now on.
+                trace!(self, "w{worker} gives #{cmd} up at its reply deadline");
             }
             self.check_lease(worker, clock);
             match step {
-                Step::Send { command, .. } => self.send(worker, command),
-                Step::Run => self.run_action(worker),
+                Step::Send { command, .. } => {
+                    let stage = match command {
+                        Command::Reserve { .. } => Stage::Reserve,
+                        Command::Complete { .. } => Stage::Complete,
+                        Command::Release { .. } => Stage::Release,
+                        Command::Renew { .. } | Command::Read => Stage::Action,
+                    };
+                    self.enter(worker, stage);
+                    self.send(worker, command);
+                }
+                Step::Run if self.workers[worker].abandoned_in.is_some() => {
+                    let detail = format!("w{worker} was abandoned, but is told to run");
+                    self.violation(Check::DriverProtocol, detail);
+                    return;
+                }
+                Step::Run => {
+                    self.enter(worker, Stage::Action);
+                    self.run_action(worker);
+                }
                 Step::Wait { until } => {
+                    let now = Timestamp::from_millis(clock);
+                    if self.workers[worker].attempt.notices_from(now).is_some() {
+                        self.enter(worker, Stage::Waiting);
+                    }
                     if let Some(until) = until {
                         let offset = clock - self.now;
                         let at = until.as_millis().saturating_sub(offset).max(self.now);
@@ -583,27 +743,58 @@ impl<'p> World<'p> {
                     return;
                 }
                 Step::Done(outcome) => {
-                    self.done(worker, outcome);
-                    return;
+                    if !self.done(worker, outcome) {
+                        return;
+                    }
                 }
             }
         }
     }
 
+    /// The try reaches `stage`; the first time it reaches the stage its plan names, the
+    /// caller's going away is scheduled.
+    fn enter(&mut self, worker: usize, stage: Stage) {
+        let w = &mut self.workers[worker];
+        if w.stage == Some(stage) || w.abandoned_in.is_some() {
+            return;
+        }
+        // A reserve sent again while waiting for a holder is still waiting.
+        if stage == Stage::Reserve && w.stage == Some(Stage::Waiting) {
+            return;
+        }
+        w.stage = Some(stage);
+        if let Some(gone) = w.action.caller_gone
+            && gone.stage == stage
+        {
+            // Reached once: a stage is not entered twice (waiting is left only for the
+            // action or the end).
+            self.at(
+                self.now + gone.after,
+                Event::CallerGone {
+                    worker: worker as u32,
+                },
+            );
+        }
+    }
+
     fn send(&mut self, worker: usize, command: Command) {
-        let network = self.plan.network;
         let w = &mut self.workers[worker];
         w.next_cmd += 1;
         let cmd = w.next_cmd;
         w.outstanding = Some(cmd);
         trace!(self, "w{worker} sends #{cmd} {}", command.name());
-        self.at(
-            self.now + network.command_timeout,
-            Event::CommandTimeout {
-                worker: worker as u32,
-                cmd,
-            },
-        );
+        self.transmit(worker, cmd, command);
+    }
+
+    /// A command the attempt did not ask for (a broken driver's): numbered `#0`, so its
+    /// reply is never taken for the attempt's.
+    fn send_untracked(&mut self, worker: usize, command: Command) {
+        trace!(self, "w{worker} sends #0 {} on its own", command.name());
+        self.transmit(worker, 0, command);
+    }
+
+    fn transmit(&mut self, worker: usize, cmd: u32, command: Command) {
+        let network = self.plan.network;
         if self.rng.chance(network.request_lost) {
             self.exercised(Exercised::RequestLost);
             trace!(self, "#{cmd} of w{worker} is lost before the store");
@@ -621,18 +812,27 @@ impl<'p> World<'p> {
     }
 
     fn run_action(&mut self, worker: usize) {
-        let w = &self.workers[worker];
+        let clock = Timestamp::from_millis(self.caller_now(worker));
+        let w = &mut self.workers[worker];
         let action = w.action;
+        w.ran = true;
+        w.running = true;
+        w.unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
+        // The charge comes at its time, unless the action fails or panics first.
+        w.effect_pending = !action.fails && action.panic_at.is_none_or(|p| action.effect_at < p);
+        let effect_pending = w.effect_pending;
         let lease = w.attempt.options().lease().as_millis() as u64;
         trace!(self, "w{worker} runs the action: {action:?}");
+        self.check_run_on_corrupt_key(worker);
         if action.duration > lease {
             self.exercised(Exercised::SlowAction);
         }
         let id = worker as u32;
-        if !action.fails {
+        if effect_pending {
             self.at(self.now + action.effect_at, Event::Effect { worker: id });
         }
-        self.at(self.now + action.duration, Event::ActionDone { worker: id });
+        let ends_at = action.panic_at.unwrap_or(action.duration);
+        self.at(self.now + ends_at, Event::ActionDone { worker: id });
         if let Some(crash_at) = action.crash_at {
             self.at(self.now + crash_at, Event::Crash { worker: id });
         }
@@ -652,25 +852,33 @@ impl<'p> World<'p> {
     /// The store node: applies one command at its own clock, checks the step, replies.
     fn store_receives(&mut self, worker: usize, cmd: u32, command: Command) {
         let network = self.plan.network;
-        let reply_delay = |rng: &mut SimRng| rng.between(network.min_delay, network.max_delay);
-        if self
-            .plan
-            .outages
-            .iter()
-            .any(|(start, end)| (*start..*end).contains(&self.now))
-        {
-            self.exercised(Exercised::StoreDown);
-            trace!(self, "store is down: #{cmd} of w{worker} refused");
-            let delay = reply_delay(&mut self.rng);
-            self.at(
-                self.now + delay,
-                Event::Reply {
-                    worker: worker as u32,
-                    cmd,
-                    reply: None,
-                },
-            );
-            return;
+        match self.plan.outages.iter().find(|o| o.covers(self.now)) {
+            Some(Outage {
+                kind: OutageKind::Refusing,
+                ..
+            }) => {
+                self.exercised(Exercised::StoreDown);
+                trace!(self, "store is down: #{cmd} of w{worker} refused");
+                let delay = self.rng.between(network.min_delay, network.max_delay);
+                self.at(
+                    self.now + delay,
+                    Event::Reply {
+                        worker: worker as u32,
+                        cmd,
+                        answer: Answer::Refused,
+                    },
+                );
+                return;
+            }
+            Some(Outage {
+                kind: OutageKind::Silent,
+                ..
+            }) => {
+                self.exercised(Exercised::StoreSilent);
+                trace!(self, "store does not answer: #{cmd} of w{worker} swallowed");
+                return;
+            }
+            None => {}
         }
         let slot = self.workers[worker].slot;
         let store_now = Timestamp::from_millis(self.store_now());
@@ -685,9 +893,41 @@ impl<'p> World<'p> {
         if matches!(command, Command::Reserve { .. }) {
             self.check_key_verbatim(worker);
         }
-        let before = self.records[stored].take();
         self.check_recorded_result(worker, &command);
+        self.check_abnormal_command(worker, &command);
         let summary = CommandSummary::of(&command);
+        if self.garbage[stored] {
+            let Some(transition) = self.variant.apply_to_garbage(command, judged_at) else {
+                self.exercised(Exercised::CorruptRecord);
+                trace!(
+                    self,
+                    "store applies #{cmd} {} of w{worker}: the key holds no record", summary.name
+                );
+                self.reply(worker, cmd, Answer::Corrupt);
+                return;
+            };
+            trace!(
+                self,
+                "store applies #{cmd} {} of w{worker} to a value that is not a record: {:?}",
+                summary.name,
+                transition.reply
+            );
+            if let Write::Put(record) = transition.write {
+                self.violation(
+                    Check::CorruptRecordRunsNothing,
+                    format!(
+                        "w{worker}'s {} replaced a value that is not a record with {record:?}",
+                        summary.name
+                    ),
+                );
+                self.garbage[stored] = false;
+                self.wrote(worker, &summary, &record);
+                self.records[stored] = Some(record);
+            }
+            self.reply(worker, cmd, Answer::Reply(transition.reply));
+            return;
+        }
+        let before = self.records[stored].take();
         let transition = self.variant.apply(before.as_ref(), command, judged_at);
         self.check_step(
             worker,
@@ -700,12 +940,8 @@ impl<'p> World<'p> {
             self,
             "store applies #{cmd} {} of w{worker}: {:?}", summary.name, transition.reply
         );
-        if let Write::Put(Record::Completed {
-            owner, expires_at, ..
-        }) = &transition.write
-            && let Some(writer) = self.worker_of(*owner)
-        {
-            self.workers[writer].recorded_until = Some(expires_at.as_millis());
+        if let Write::Put(record) = &transition.write {
+            self.wrote(worker, &summary, record);
         }
         let notify = self.plan.notices
             && matches!(
@@ -720,24 +956,57 @@ impl<'p> World<'p> {
         if notify {
             self.notify(stored, worker);
         }
+        self.reply(worker, cmd, Answer::Reply(transition.reply));
+    }
+
+    /// What the store wrote, for the checks at the end: when each owner's reservation was
+    /// granted and until when it held, and until when a recorded result is replayed.
+    fn wrote(&mut self, worker: usize, command: &CommandSummary, record: &Record) {
+        let store_now = self.store_now();
+        match record {
+            Record::Pending {
+                owner, lease_until, ..
+            } => {
+                if let Some(holder) = self.worker_of(*owner) {
+                    let w = &mut self.workers[holder];
+                    if command.name == "reserve" && holder == worker {
+                        w.granted_at.get_or_insert(store_now);
+                    }
+                    w.lease_end = Some(lease_until.as_millis());
+                }
+            }
+            Record::Completed {
+                owner, expires_at, ..
+            } => {
+                if let Some(writer) = self.worker_of(*owner) {
+                    self.workers[writer].recorded_until = Some(expires_at.as_millis());
+                }
+            }
+        }
+    }
+
+    /// Sends an answer back over the network, which may lose or delay it.
+    fn reply(&mut self, worker: usize, cmd: u32, answer: Answer) {
+        let network = self.plan.network;
         if self.rng.chance(network.reply_lost) {
             self.exercised(Exercised::ReplyLost);
             trace!(self, "the reply to #{cmd} of w{worker} is lost");
             return;
         }
-        let mut delay = reply_delay(&mut self.rng);
+        let mut delay = self.rng.between(network.min_delay, network.max_delay);
         if self.rng.chance(network.reply_late) {
             self.exercised(Exercised::ReplyLate);
-            delay += self
-                .rng
-                .between(network.command_timeout, network.command_timeout * 10);
+            // Past the attempt's own reply deadline: by one to ten reply timeouts.
+            let timeout = self.workers[worker].attempt.options().reply_timeout();
+            let timeout = timeout.as_millis() as u64;
+            delay += self.rng.between(timeout, timeout * 10);
         }
         self.at(
             self.now + delay,
             Event::Reply {
                 worker: worker as u32,
                 cmd,
-                reply: Some(transition.reply),
+                answer,
             },
         );
     }
@@ -748,11 +1017,7 @@ impl<'p> World<'p> {
         let network = self.plan.network;
         for other in 0..self.workers.len() {
             let w = &self.workers[other];
-            if other == writer
-                || self.storage[w.slot] != stored
-                || w.outcome.is_some()
-                || w.crashed_at.is_some()
-            {
+            if other == writer || self.storage[w.slot] != stored || !w.live() {
                 continue;
             }
             if self.rng.chance(network.request_lost) {
@@ -765,136 +1030,6 @@ impl<'p> World<'p> {
                     worker: other as u32,
                 },
             );
-        }
-    }
-
-    fn done(&mut self, worker: usize, outcome: Outcome) {
-        if self.workers[worker].outcome.is_some() {
-            self.violation(Check::DriverProtocol, format!("w{worker} finished twice"));
-            return;
-        }
-        trace!(self, "w{worker} done: {outcome:?}");
-        let w = &self.workers[worker];
-        let (client, try_no, slot) = (w.client as usize, w.try_no as usize, w.slot);
-        let fingerprint = w.attempt.fingerprint();
-        let own = w.charge.map(|charge| self.report.charges[charge].id());
-        let lapsed = w.lapsed;
-        let response = match &outcome {
-            Outcome::Executed(execution) => {
-                self.executed(execution);
-                if lapsed && execution.protection == Protection::Reserved && !execution.lease_lost {
-                    self.violation(
-                        Check::LeaseLossReported,
-                        format!("w{worker}'s lease lapsed at the store, but {execution:?}"),
-                    );
-                }
-                if self.variant.answers_from_store() {
-                    match &self.records[self.storage[slot]] {
-                        Some(Record::Completed {
-                            result: StoredResult::Value(body),
-                            ..
-                        }) => {
-                            Response::Result(String::from_utf8_lossy(body.as_bytes()).into_owned())
-                        }
-                        _ => own.map_or(Response::NoBody, Response::Result),
-                    }
-                } else {
-                    own.map_or(Response::NoBody, Response::Result)
-                }
-            }
-            Outcome::Replayed { result } => {
-                self.exercised(Exercised::Replay);
-                match result.value() {
-                    Some(body) => {
-                        let text = String::from_utf8_lossy(body.as_bytes()).into_owned();
-                        self.check_replay(worker, slot, fingerprint, &text);
-                        Response::Result(text)
-                    }
-                    None => {
-                        self.check_bodiless_replay(worker, slot, fingerprint);
-                        Response::NoBody
-                    }
-                }
-            }
-            Outcome::ActionFailed { .. } => {
-                self.exercised(Exercised::ActionFailed);
-                Response::ActionFailed
-            }
-            Outcome::KeyReuse { stored, given } => {
-                // A refusal is genuine: another request under this very key holds it.
-                let genuine = stored != given
-                    && self
-                        .plan
-                        .clients
-                        .iter()
-                        .any(|c| c.slot == slot && c.fingerprint == *stored);
-                if !genuine {
-                    self.violation(
-                        Check::KeyReuseRefused,
-                        format!(
-                            "w{worker} refused as key reuse, but no other request used its key"
-                        ),
-                    );
-                }
-                Response::KeyReuse
-            }
-            Outcome::InProgress => {
-                self.exercised(Exercised::InProgress);
-                Response::InProgress
-            }
-            Outcome::StoreUnavailable => {
-                self.exercised(Exercised::FailClosed);
-                Response::StoreUnavailable
-            }
-            Outcome::Panicked(_)
-            | Outcome::CorruptRecord
-            | Outcome::Abandoned(_)
-            | Outcome::RolledBack { .. }
-            | Outcome::CommitUnknown => {
-                self.violation(
-                    Check::DriverProtocol,
-                    format!("w{worker} ended in an outcome this world never causes: {outcome:?}"),
-                );
-                Response::NoBody
-            }
-        };
-        let retry = matches!(
-            response,
-            Response::ActionFailed | Response::InProgress | Response::StoreUnavailable
-        );
-        self.workers[worker].outcome = Some(outcome);
-        self.report.responses[client][try_no] = Some(response);
-        let plan = &self.plan.clients[client];
-        let state = &mut self.clients[client];
-        if !retry {
-            state.done = true;
-            if let (Some(after), false) = (plan.late_retry, state.late_used) {
-                state.late_used = true;
-                self.at(
-                    self.now + after,
-                    Event::Try {
-                        client: client as u32,
-                        late: true,
-                    },
-                );
-            }
-        } else if !state.done && try_no as u32 + 1 == state.tries && state.tries < plan.max_tries {
-            self.at(
-                self.now + plan.retry_delay,
-                Event::Try {
-                    client: client as u32,
-                    late: false,
-                },
-            );
-        }
-    }
-
-    fn executed(&mut self, execution: &Execution) {
-        if execution.protection == Protection::FailedOpen {
-            self.exercised(Exercised::FailOpen);
-        }
-        if execution.record == Recording::Unknown {
-            self.exercised(Exercised::CompleteUnknown);
         }
     }
 
