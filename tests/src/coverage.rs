@@ -89,9 +89,8 @@ impl Coverage {
                     }
                     Outcome::CorruptRecord => c.corrupt += 1,
                     // Only a settlement ends so; these worlds run no transactional actions.
-                    Outcome::Abandoned(_)
-                    | Outcome::RolledBack { .. }
-                    | Outcome::CommitUnknown => {}
+                    Outcome::Abandoned(_) | Outcome::RolledBack { .. } | Outcome::CommitUnknown => {
+                    }
                 },
                 EventKind::Crashed => c.crashes += 1,
                 EventKind::Abandoned => {
