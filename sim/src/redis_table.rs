@@ -238,14 +238,13 @@ pub async fn run_scenario(
             .await
         }
         TableStore::Idem | TableStore::Unreachable => {
-            let mut builder = RedisStore::builder().prefix(prefix.to_owned());
+            let builder = RedisStore::builder().prefix(prefix.to_owned());
             let store = if scenario.store == TableStore::Unreachable {
                 let info = redis::Client::open(url)?.get_connection_info().clone();
                 let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
                     return Err(TableError::NotTcp(url.to_owned()));
                 };
                 let through = Relay::start(host, port).await?;
-                builder = builder.command_timeout(Duration::from_millis(200));
                 let store = builder
                     .connect(&format!("redis://127.0.0.1:{}/", through.port))
                     .await?;
@@ -259,6 +258,8 @@ pub async fn run_scenario(
                 .in_flight(scenario.in_flight)
                 .on_store_failure(scenario.on_store_failure)
                 .retention(Duration::from_secs(60))
+                // The attempt's own deadline ends each try on the cut link (rule 12).
+                .reply_timeout(Duration::from_millis(200))
                 .build()
                 .map_err(TableError::Options)?;
             let coordinator = Arc::new(Coordinator::new(store, options));
