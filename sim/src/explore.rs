@@ -2,11 +2,12 @@
 
 use std::fmt;
 
+use idem_check::{Cause, CauseCounts, Rule, Variant, Violation};
+
 use crate::faults::{Exercised, ExercisedCounts};
 use crate::plan::{Plan, PlanError, Shape};
-use crate::report::{Cause, CauseCounts, Check, RunReport, Violation};
+use crate::report::RunReport;
 use crate::rng::SimRng;
-use crate::variant::Variant;
 use crate::world::World;
 
 /// What to run: the shape of each run and the store behaviour.
@@ -61,8 +62,8 @@ pub struct Summary {
     pub violation_count: u64,
     /// The first few violations, with their seeds.
     pub violations: Vec<(u64, Violation)>,
-    /// Violations counted by check, in the order first seen.
-    pub by_check: Vec<(Check, u64)>,
+    /// Violations counted by rule, in the order first seen.
+    pub by_rule: Vec<(Rule, u64)>,
 }
 
 impl Summary {
@@ -79,12 +80,12 @@ impl Summary {
             self.violation_count += report.violations.len() as u64;
             for violation in &report.violations {
                 match self
-                    .by_check
+                    .by_rule
                     .iter_mut()
-                    .find(|(check, _)| *check == violation.check)
+                    .find(|(rule, _)| *rule == violation.rule)
                 {
                     Some((_, count)) => *count += 1,
-                    None => self.by_check.push((violation.check, 1)),
+                    None => self.by_rule.push((violation.rule, 1)),
                 }
                 if self.violations.len() < KEPT_VIOLATIONS {
                     self.violations.push((report.seed, violation.clone()));
@@ -133,8 +134,8 @@ impl fmt::Display for Summary {
             let names: Vec<&str> = missing.iter().map(|class| class.name()).collect();
             writeln!(f, "never exercised: {}", names.join(", "))?;
         }
-        for (check, count) in &self.by_check {
-            writeln!(f, "violated {:<34} {count}", check.name())?;
+        for (rule, count) in &self.by_rule {
+            writeln!(f, "violated {:<34} {count}", rule.name())?;
         }
         for (seed, violation) in &self.violations {
             writeln!(f, "seed {seed}: {violation}")?;

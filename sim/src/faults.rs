@@ -3,7 +3,7 @@
 
 use std::str::FromStr;
 
-use crate::tally::{Class, Tally, UnknownName, parse_name};
+use idem_check::{Class, Tally, UnknownName, parse_name};
 
 /// A kind of fault that can be switched on or off for a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

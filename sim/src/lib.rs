@@ -11,13 +11,15 @@
 //! which it refuses commands or answers none, and keys that hold a value that is not a
 //! record; results outlive their retention. A provider keeps the card statement.
 //!
-//! Every run checks MODEL.md's invariants as it goes (see [`Check`]) and, at the end,
-//! classifies every extra effect by its [`Cause`]: an extra charge with no allowed cause is a
-//! violation. The same seed gives the same run byte for byte: all randomness comes from
-//! [`SimRng`] seeded with it, and time is simulated.
+//! Every run is written down as it happens in `idem_check`'s history (store steps, sends and
+//! replies, charges, abnormal ends, lease views, outcomes) and judged at its end by
+//! `idem_check`'s judge of MODEL.md's rules (see [`Rule`]), which also classifies every
+//! extra effect by its [`Cause`]: an extra charge with no allowed cause is a violation. The
+//! same seed gives the same run byte for byte: all randomness comes from [`SimRng`] seeded
+//! with it, and time is simulated.
 //!
-//! [`variant`] holds deliberately broken store and driver behaviours, used only to show
-//! that the checks catch the bugs they are meant to catch.
+//! A run can use one of `idem_check`'s deliberately broken store and driver behaviours
+//! ([`Variant`]), only to show that the judge catches the bugs it is meant to catch.
 //!
 //! ```
 //! use idem_sim::{Config, explore, run_seed};
@@ -33,8 +35,8 @@
 //! assert!(summary.to_string().ends_with("violations: 0"));
 //! ```
 //!
-//! The simulation depends on `idem-core` alone; `indicatif` is used only by the binary's
-//! progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
+//! The simulation depends on `idem-core` and `idem-check`; `indicatif` is used only by the
+//! binary's progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
 //! table through the driver on a real Redis and [`mod@bench`] measures idem on Redis against
 //! raw commands.
 
@@ -44,21 +46,20 @@ mod plan;
 mod report;
 mod rng;
 mod table;
-mod tally;
-pub mod variant;
 mod world;
 
 pub use explore::{Config, Summary, explore, run_plan, run_seed};
 pub use faults::{Exercised, ExercisedCounts, FaultKind, Faults};
+pub use idem_check::{
+    Cause, CauseCounts, Charge, Class, Rule, Tally, UnknownName, Variant, Violation,
+};
 pub use plan::{
     ActionPlan, CallerGone, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Shape,
     Slot, Stage,
 };
-pub use report::{Cause, CauseCounts, Charge, Check, Response, RunReport, Violation};
+pub use report::{Response, RunReport};
 pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};
-pub use tally::{Class, Tally, UnknownName};
-pub use variant::Variant;
 
 #[cfg(feature = "redis")]
 pub mod bench;

@@ -9,8 +9,9 @@ use crate::explore::run_plan;
 use crate::plan::{
     ActionPlan, CALLER_EPOCH, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Slot,
 };
+use idem_check::Variant;
+
 use crate::report::{Response, RunReport};
-use crate::variant::Variant;
 
 /// The store a row runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +214,11 @@ impl Scenario {
                     .map_or("-".to_owned(), Response::to_string)
             })
             .collect();
-        let charges = report.charges.iter().map(|charge| charge.id()).collect();
+        let charges = report
+            .charges()
+            .iter()
+            .map(|charge| charge.id.clone())
+            .collect();
         Ok((RowResult { responses, charges }, report))
     }
 

@@ -8,13 +8,14 @@ fn one_seed_gives_one_trace_byte_for_byte() {
     for seed in [0, 1, 191, 12_345, u64::MAX] {
         let first = run_seed(seed, &config, true).unwrap();
         let second = run_seed(seed, &config, true).unwrap();
-        let (a, b) = (first.trace.unwrap(), second.trace.unwrap());
+        let (a, b) = (first.trace.clone().unwrap(), second.trace.clone().unwrap());
         assert!(
             a.lines().count() > 10,
             "seed {seed}: a trace too short to compare"
         );
         assert_eq!(a.as_bytes(), b.as_bytes(), "seed {seed}");
-        assert_eq!(first.charges, second.charges);
+        assert_eq!(first.charges(), second.charges());
+        assert_eq!(first.history, second.history);
         assert_eq!(first.responses, second.responses);
     }
     let a = run_seed(7, &config, true).unwrap().trace.unwrap();
@@ -30,7 +31,8 @@ fn tracing_changes_nothing_but_the_trace() {
         let loud = run_seed(seed, &config, true).unwrap();
         assert!(quiet.trace.is_none());
         assert_eq!(quiet.events, loud.events, "seed {seed}");
-        assert_eq!(quiet.charges, loud.charges, "seed {seed}");
+        assert_eq!(quiet.charges(), loud.charges(), "seed {seed}");
+        assert_eq!(quiet.history, loud.history, "seed {seed}");
         assert_eq!(quiet.exercised, loud.exercised, "seed {seed}");
     }
 }

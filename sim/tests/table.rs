@@ -1,7 +1,7 @@
 //! The article's table on simulated time: every row gives the responses and charges the
 //! article reports, and the checks see the result cache's second charge.
 
-use idem_sim::{Check, SCENARIOS, TableStore};
+use idem_sim::{Rule, SCENARIOS, TableStore};
 
 #[test]
 fn every_row_gives_the_articles_responses_and_charges() {
@@ -59,10 +59,7 @@ fn the_result_cache_row_is_caught_as_an_unexplained_second_charge() {
         .unwrap();
     let (_, report) = scenario.simulate(false).unwrap();
     assert!(
-        report
-            .violations
-            .iter()
-            .any(|v| v.check == Check::OneEffectPerKey),
+        report.violations.iter().any(|v| v.rule == Rule::I7),
         "{:?}",
         report.violations
     );

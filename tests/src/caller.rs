@@ -9,16 +9,23 @@
 //! caller moves the shared clock forward to it (a sleeping caller is where time passes), and
 //! the model checker decides who else runs first, so a lease can run out anywhere.
 
-use idem_core::record::{CommandKind, Reply};
+use idem_check::{ActionEnd, Answer, EventKind, Variant};
+use idem_core::record::CommandKind;
 use idem_core::{
-    Abandonment, ActionResult, Attempt, Body, Command, Execution, Fingerprint, Key, LeaseState,
-    Operation, Options, Outcome, Protection, Recording, Step, Timestamp,
+    Abandonment, ActionResult, Attempt, Body, Command, Fingerprint, Key, LeaseState, Operation,
+    Options, Outcome, Step, Timestamp,
 };
 
-use crate::history::{AttemptId, EventKind};
 use crate::platform::Platform;
-use crate::variant::Variant;
-use crate::world::{Answer, Delivery, World};
+use crate::world::{AttemptId, Delivery, World};
+
+/// The operation every key of the model is scoped to.
+pub const OPERATION: &str = "payment.charge";
+
+/// The name of key `key` of a scenario.
+pub fn key_name(key: usize) -> String {
+    format!("order-{key}")
+}
 
 /// How far every caller's clock is ahead of the store's before its skew: callers count
 /// from an epoch of their own, and skews stay well inside it, so no clock saturates.
@@ -192,20 +199,16 @@ pub fn run_caller<P: Platform>(
 ) {
     for attempt in 0..plan.attempts.max(1) {
         let who = AttemptId { caller, attempt };
-        let next = if variant.naive_callers() {
-            run_naive(shared, who, plan)
-        } else {
-            Driver {
-                shared,
-                who,
-                plan,
-                variant,
-                store_time: P::now(&shared.clock),
-                believed: None,
-                notes: Vec::new(),
-            }
-            .run()
-        };
+        let next = Driver {
+            shared,
+            who,
+            plan,
+            variant,
+            store_time: P::now(&shared.clock),
+            believed: None,
+            notes: Vec::new(),
+        }
+        .run();
         if matches!(next, Next::Stop) {
             return;
         }
@@ -213,8 +216,8 @@ pub fn run_caller<P: Platform>(
 }
 
 fn key_and_operation(plan: &CallerPlan) -> Option<(Operation, Key)> {
-    let operation = Operation::new("payment.charge").ok()?;
-    let key = Key::new(format!("order-{}", plan.key)).ok()?;
+    let operation = Operation::new(OPERATION).ok()?;
+    let key = Key::new(key_name(plan.key)).ok()?;
     Some((operation, key))
 }
 
@@ -230,6 +233,16 @@ enum End {
 struct Running {
     wakeups_left: u32,
     end: End,
+}
+
+/// How an action that returns `result` ended, whatever the driver then feeds.
+fn action_end(result: &ActionResult) -> ActionEnd {
+    match result {
+        ActionResult::Succeeded(_) => ActionEnd::Succeeded,
+        ActionResult::Unrecordable => ActionEnd::Unrecordable,
+        ActionResult::Panicked => ActionEnd::Panicked,
+        _ => ActionEnd::Failed,
+    }
 }
 
 /// A command the store does not answer: the caller waits for the attempt to give it up.
@@ -248,10 +261,11 @@ struct Driver<'a, P: Platform> {
     variant: Variant,
     /// The store's clock as this caller last saw it.
     store_time: u64,
-    /// The latest store time at which the machine said its lease was held, not yet written
-    /// down: it goes into the history with the caller's next locked step, so checking it
-    /// adds no step of its own to the schedules.
-    believed: Option<u64>,
+    /// The latest store time at which the machine said its lease was held, and the end it
+    /// counted then (store's clock), not yet written down: it goes into the history with
+    /// the caller's next locked step, so checking it adds no step of its own to the
+    /// schedules.
+    believed: Option<(u64, u64)>,
     /// Events of this caller's own (an abandonment) not yet written down, likewise.
     notes: Vec<EventKind>,
 }
@@ -264,24 +278,18 @@ impl<P: Platform> Driver<'_, P> {
     /// One step under the checker's lock, with the store's clock read inside it: first the
     /// notes held back, then `f`, given the store time of the step.
     fn locked<R>(&mut self, f: impl FnOnce(&mut World, u64) -> R) -> R {
-        let (who, key, fingerprint) = (self.who, self.plan.key, self.plan.fingerprint());
-        let held_at = self.believed.take();
+        let who = self.who;
+        let believed = self.believed.take();
         let notes = std::mem::take(&mut self.notes);
         let clock = &self.shared.clock;
         let (result, at) = P::with(&self.shared.world, |w| {
-            if let Some(held_at) = held_at {
+            if let Some((held_at, until)) = believed {
                 // Stamped with the time it speaks of: reading the clock here would add a step.
-                w.note(
-                    who,
-                    key,
-                    fingerprint,
-                    held_at,
-                    EventKind::BelievedHeld { held_at },
-                );
+                w.note(who, held_at, EventKind::LeaseView { until });
             }
             let at = P::now(clock);
             for kind in notes {
-                w.note(who, key, fingerprint, at, kind);
+                w.note(who, at, kind);
             }
             (f(w, at), at)
         });
@@ -290,19 +298,18 @@ impl<P: Platform> Driver<'_, P> {
     }
 
     fn note(&mut self, kind: EventKind) {
-        let (who, key, fingerprint) = (self.who, self.plan.key, self.plan.fingerprint());
-        self.locked(|w, at| w.note(who, key, fingerprint, at, kind));
+        let who = self.who;
+        self.locked(|w, at| w.note(who, at, kind));
     }
 
-    /// Sends `command` to the world's store at the store's clock, as `delivery` says.
-    fn store(&mut self, command: Command, delivery: Delivery) -> Answer {
-        let (who, key, fingerprint, skew) = (
-            self.who,
-            self.plan.key,
-            self.plan.fingerprint(),
-            self.plan.skew_ms,
-        );
-        self.locked(|w, at| w.store(who, key, fingerprint, command, at, skew, delivery))
+    /// Sends `command` to the world's store at the store's clock, as `delivery` says;
+    /// `taken` when the driver takes what comes back (not when the call was dropped).
+    fn store(&mut self, command: Command, delivery: Delivery, taken: bool) -> Answer {
+        let (who, key, skew) = (self.who, self.plan.key, self.plan.skew_ms);
+        self.locked(|w, at| {
+            let sender_now = at.saturating_add_signed(skew);
+            w.store(who, key, command, at, sender_now, delivery, taken)
+        })
     }
 
     /// The caller goes away: the driver abandons the attempt, and from then on pumps only
@@ -323,7 +330,7 @@ impl<P: Platform> Driver<'_, P> {
         let now = self.caller_now(self.store_time);
         let fed = match (delivery, answer) {
             (Delivery::Normal, Answer::Reply(reply)) => attempt.handle_reply(reply, now),
-            (Delivery::Normal, Answer::Corrupt) if !self.variant.corrupt_as_store_error() => {
+            (Delivery::Normal, Answer::Corrupt) if !self.variant.feeds_corrupt_as_store_error() => {
                 attempt.handle_corrupt_record(now)
             }
             _ => attempt.handle_store_error(now),
@@ -354,8 +361,9 @@ impl<P: Platform> Driver<'_, P> {
                 let now = self.caller_now(self.store_time);
                 match ended.end {
                     End::Result(result) => {
+                        self.notes.push(EventKind::ActionEnded(action_end(&result)));
                         let result = match result {
-                            ActionResult::Panicked if self.variant.panic_as_failure() => {
+                            ActionResult::Panicked if self.variant.feeds_panic_as_failure() => {
                                 ActionResult::Failed
                             }
                             other => other,
@@ -373,7 +381,7 @@ impl<P: Platform> Driver<'_, P> {
                             command, applied, ..
                         }) = hung.take()
                         {
-                            self.store(command, Delivery::Hung { applied });
+                            self.store(command, Delivery::Hung { applied }, false);
                         }
                         if self.variant.releases_on_abandon()
                             && attempt.outcome()
@@ -382,15 +390,18 @@ impl<P: Platform> Driver<'_, P> {
                             let release = Command::Release {
                                 owner: self.who.owner(),
                             };
-                            self.store(release, Delivery::Normal);
+                            self.store(release, Delivery::Normal, false);
                         }
                     }
                 }
             }
             let now = self.caller_now(self.store_time);
             let step = attempt.poll(now);
-            if attempt.lease(now) == LeaseState::Held {
-                self.believed = Some(self.store_time);
+            if attempt.lease(now) == LeaseState::Held
+                && let Some(until) = attempt.lease_confirmed_until()
+            {
+                let until = self.plan.store_clock(until.as_millis());
+                self.believed = Some((self.store_time, until));
             }
             // While a command is out, the machine only ever asks to wait; anything else (or
             // no command awaited any more) means it gave the hung command up.
@@ -401,7 +412,7 @@ impl<P: Platform> Driver<'_, P> {
             {
                 // The attempt gave the command up at its reply deadline: the store gets it
                 // now, or never.
-                self.store(command, Delivery::Hung { applied });
+                self.store(command, Delivery::Hung { applied }, true);
             } else if hung.as_ref().is_some_and(|h| now >= h.reply_by) {
                 self.note(EventKind::Protocol(
                     "the attempt still awaits a reply past its own reply deadline".into(),
@@ -435,7 +446,7 @@ impl<P: Platform> Driver<'_, P> {
                         });
                         continue;
                     }
-                    let answer = self.store(command, delivery);
+                    let answer = self.store(command, delivery, !goes_away);
                     if goes_away {
                         // The reply (if any) is dropped with the call.
                         self.abandon(&mut attempt);
@@ -453,33 +464,26 @@ impl<P: Platform> Driver<'_, P> {
                     return Next::Stop;
                 }
                 Step::Run => {
-                    let (who, key, fingerprint) =
-                        (self.who, self.plan.key, self.plan.fingerprint());
+                    let who = self.who;
+                    let unprotected = attempt.lease(now) == LeaseState::Unprotected;
                     let end = self.locked(|w, at| {
-                        let charge = |w: &mut World| Body::new(w.charge(who, key, fingerprint, at));
-                        let note = |w: &mut World, kind| w.note(who, key, fingerprint, at, kind);
+                        w.note(who, at, EventKind::Run { unprotected });
+                        let charge = |w: &mut World| Body::new(w.charge(who, at));
                         match action {
                             Action::Succeed | Action::AbandonMidReserve => {
                                 Some(End::Result(ActionResult::Succeeded(charge(w))))
                             }
-                            Action::Fail => {
-                                note(w, EventKind::Declined);
-                                Some(End::Result(ActionResult::Failed))
-                            }
+                            Action::Fail => Some(End::Result(ActionResult::Failed)),
                             Action::Crash => {
                                 charge(w);
-                                note(w, EventKind::Crashed);
+                                w.note(who, at, EventKind::Crashed);
                                 None
                             }
                             Action::PanicAfterCharge => {
                                 charge(w);
-                                note(w, EventKind::Panicked);
                                 Some(End::Result(ActionResult::Panicked))
                             }
-                            Action::PanicBeforeCharge => {
-                                note(w, EventKind::Panicked);
-                                Some(End::Result(ActionResult::Panicked))
-                            }
+                            Action::PanicBeforeCharge => Some(End::Result(ActionResult::Panicked)),
                             Action::AbandonAfterCharge => {
                                 charge(w);
                                 Some(End::Abandon)
@@ -538,82 +542,4 @@ impl<P: Platform> Driver<'_, P> {
         )));
         Next::Stop
     }
-}
-
-/// The naive protocol of a result cache: read the key; if a result is there, return it;
-/// otherwise run the action and store its result. No reservation is ever held while the
-/// action runs, which is the whole bug. (A value it cannot read is an error to it, so it
-/// answers a corrupt key without running anything.)
-fn run_naive<P: Platform>(shared: &Shared<P>, who: AttemptId, plan: &CallerPlan) -> Next {
-    let key = plan.key;
-    let fingerprint = plan.fingerprint();
-    let owner = who.owner();
-    let options = &plan.options;
-    let found = P::with(&shared.world, |w| {
-        let at = P::now(&shared.clock);
-        let answer = w.store(
-            who,
-            key,
-            fingerprint,
-            Command::Read,
-            at,
-            plan.skew_ms,
-            Delivery::Normal,
-        );
-        match answer {
-            Answer::Corrupt => Some(Outcome::CorruptRecord),
-            Answer::Reply(Reply::Read(Some(idem_core::Record::Completed {
-                fingerprint: stored,
-                result,
-                ..
-            }))) => Some(if stored == fingerprint {
-                Outcome::Replayed { result }
-            } else {
-                Outcome::KeyReuse {
-                    stored,
-                    given: fingerprint,
-                }
-            }),
-            _ => None,
-        }
-    });
-    P::with(&shared.world, |w| {
-        let at = P::now(&shared.clock);
-        let outcome = match found {
-            Some(outcome) => outcome,
-            None => {
-                let body = Body::new(w.charge(who, key, fingerprint, at));
-                // Store the result: put it under the key, in one step.
-                let reserve = Command::Reserve {
-                    owner,
-                    fingerprint,
-                    lease: options.lease(),
-                };
-                let complete = Command::Complete {
-                    owner,
-                    fingerprint,
-                    result: idem_core::StoredResult::Value(body),
-                    retention: options.retention(),
-                };
-                for command in [reserve, complete] {
-                    let _ = w.store(
-                        who,
-                        key,
-                        fingerprint,
-                        command,
-                        at,
-                        plan.skew_ms,
-                        Delivery::Normal,
-                    );
-                }
-                Outcome::Executed(Execution {
-                    protection: Protection::Reserved,
-                    record: Recording::Stored,
-                    lease_lost: false,
-                })
-            }
-        };
-        w.finish(who, key, fingerprint, at, outcome);
-    });
-    Next::Stop
 }

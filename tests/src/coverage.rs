@@ -4,11 +4,9 @@
 
 use std::fmt;
 
+use idem_check::{Answer, EventKind, History, Received};
 use idem_core::record::{Record, Reply, StoredResult};
 use idem_core::{Abandonment, Outcome, Protection, Timestamp};
-
-use crate::history::{AttemptId, EventKind, History};
-use crate::world::{Answer, Delivery};
 
 /// Counts of paths taken, summed over runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,8 +64,8 @@ impl Coverage {
             runs: 1,
             ..Coverage::default()
         };
-        let mut abandoned: Vec<AttemptId> = Vec::new();
-        for event in &history.events {
+        let mut abandoned: Vec<usize> = Vec::new();
+        for (index, event) in history.events.iter().enumerate() {
             match &event.kind {
                 EventKind::Finished(outcome) => match outcome {
                     Outcome::Executed(execution) => {
@@ -101,18 +99,18 @@ impl Coverage {
                     c.actions_dropped +=
                         u64::from(*outcome == Outcome::Abandoned(Abandonment::ActionDropped));
                 }
-                EventKind::BelievedHeld { .. } => c.lease_views += 1,
-                EventKind::Store {
-                    answer,
-                    before,
-                    delivery,
-                    ..
-                } => {
-                    c.hung += u64::from(matches!(delivery, Delivery::Hung { .. }));
+                EventKind::LeaseView { .. } => c.lease_views += 1,
+                EventKind::Received(Received::GivenUp) => c.hung += 1,
+                EventKind::Store { answer, before, .. } => {
                     let Answer::Reply(reply) = answer else {
                         continue;
                     };
-                    c.lost_replies += u64::from(*delivery == Delivery::ReplyLost);
+                    // Applied, and what came back was a failure: the reply was lost.
+                    let lost = history.events.get(index + 1).is_some_and(|next| {
+                        next.who == event.who
+                            && matches!(next.kind, EventKind::Received(Received::Failed))
+                    });
+                    c.lost_replies += u64::from(lost);
                     match reply {
                         Reply::Renewed(_) => c.renewals += 1,
                         Reply::Reserved(granted) => {
@@ -130,10 +128,9 @@ impl Coverage {
                 _ => {}
             }
         }
-        let mut keys: Vec<usize> = history.events.iter().map(|e| e.key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        c.repeated_effects = keys.into_iter().filter(|k| history.charges(*k) > 1).count() as u64;
+        c.repeated_effects = (0..history.keys.len())
+            .filter(|k| history.statement.count(k) > 1)
+            .count() as u64;
         c
     }
 

@@ -8,11 +8,10 @@ use idem_core::record::CommandKind;
 use idem_core::{InFlightPolicy, Options, OptionsError, StoreFailurePolicy};
 use shuttle::rand::{Rng, thread_rng};
 
+use idem_check::{Counterexample, History, Variant, check_run};
+
 use crate::caller::{Action, CallerPlan, Fault, FaultKind, Shared, run_caller};
-use crate::check::{Counterexample, check_run};
-use crate::history::History;
 use crate::platform::Platform;
-use crate::variant::Variant;
 use crate::world::World;
 
 /// Everything one run needs; cheap to clone into a model checker's closure.
@@ -36,7 +35,12 @@ impl Scenario {
     /// its history.
     pub fn run<P: Platform>(&self) -> History {
         let shared = Arc::new(Shared::<P> {
-            world: P::lock(World::new(self.variant, self.keys, &self.corrupt_keys)),
+            world: P::lock(World::new(
+                self.variant,
+                self.keys,
+                &self.corrupt_keys,
+                &self.callers,
+            )),
             clock: P::clock(),
         });
         let variant = self.variant;
@@ -62,22 +66,40 @@ impl Scenario {
         P::with(&shared.world, World::take_history)
     }
 
+    /// Whether a scenario of this harness can show `variant`'s bug: not the variants that
+    /// rewrite keys, whose bug needs keys longer than 250 characters or two operations.
+    pub fn can_expose(variant: Variant) -> bool {
+        !matches!(variant, Variant::TruncatedKeys | Variant::IgnoresOperation)
+    }
+
     /// The smallest scenario in which `variant`'s bug can show (for
     /// [`Variant::Correct`], the one where the lease runs out under two callers): one key,
-    /// two callers of the same request, one clock tick of a lease. The bug needs a holder
-    /// whose lease runs out and a second caller that takes over; the caller's role varies:
+    /// two callers of the same request, one clock tick of a lease. Most store bugs need a
+    /// holder whose lease runs out and a second caller that takes over; the caller's role
+    /// varies:
     ///
-    /// - `ResultCache`: two callers that overlap, nothing else.
-    /// - `CompleteWithoutOwnerCheck`: the stale holder completes after the takeover.
+    /// - `ResultCache`, `GrantsEveryReserve`: two callers that overlap, nothing else.
+    /// - `CompleteWithoutOwnerCheck`, `LateCompleteInTime`: the stale holder completes
+    ///   after its lease ran out.
     /// - `ReleaseWithoutOwnerCheck`: the stale holder's action fails and it releases.
-    /// - `RenewWithoutOwnerCheck`: the stale holder's action is slow and renews.
-    /// - `SkewedClock`: the second caller's clock runs more than a lease ahead.
+    /// - `RenewWithoutOwnerCheck`, `IgnoresRenewals`: the holder's action is slow and
+    ///   renews.
+    /// - `CallerClockExpiry`: the second caller's clock runs more than a lease ahead.
+    /// - `CachedFailure`: the holder's action fails, and the second caller comes after.
+    /// - `KeyOnlyLookup`: the second caller sends another request under the key.
+    /// - `PendingWithoutLease`: the holder crashes, and the second caller waits for it.
+    /// - `ReserveForgetsOwner`: the reply to the holder's reserve is lost, and it retries.
+    /// - `CorruptReadAsAbsent`: the key holds a corrupt value.
+    /// - `PanicAsNotStored`: the holder charges and panics.
     ///
     /// The driver bugs need an abnormal end instead:
     ///
     /// - `ReleaseOnAbandon`: the holder charges and its caller goes away mid-action.
     /// - `PanicReleases`: the holder charges and panics.
     /// - `CorruptFailsOpen`: the key holds a corrupt value (and no lease runs out).
+    ///
+    /// The variants that rewrite keys ([`Scenario::can_expose`]) get the correct store's
+    /// scenario, which does not show them.
     pub fn exposing(variant: Variant) -> Result<Self, OptionsError> {
         let options = model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)?;
         let mut holder = CallerPlan::new(0, 0, options.clone());
@@ -85,17 +107,43 @@ impl Scenario {
         let mut clock_ticks = vec![LEASE_MS];
         let mut corrupt_keys = Vec::new();
         match variant {
-            Variant::Correct | Variant::CompleteWithoutOwnerCheck => {}
-            Variant::ResultCache => clock_ticks.clear(),
+            Variant::Correct
+            | Variant::CompleteWithoutOwnerCheck
+            | Variant::LateCompleteInTime
+            | Variant::TruncatedKeys
+            | Variant::IgnoresOperation => {}
+            Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
-            Variant::RenewWithoutOwnerCheck => holder.action_wakeups = 3,
-            Variant::SkewedClock => {
+            Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {
+                holder.action_wakeups = 3;
+            }
+            Variant::CallerClockExpiry => {
                 clock_ticks.clear();
                 second.skew_ms = i64::try_from(LEASE_MS).unwrap_or(i64::MAX) + 500;
             }
+            Variant::CachedFailure => {
+                clock_ticks.clear();
+                holder.actions = vec![Action::Fail];
+            }
+            Variant::KeyOnlyLookup => {
+                clock_ticks.clear();
+                second.request = 1;
+            }
+            Variant::PendingWithoutLease => holder.actions = vec![Action::Crash],
+            Variant::ReserveForgetsOwner => {
+                clock_ticks.clear();
+                holder.faults.push(Fault {
+                    attempt: 0,
+                    command: CommandKind::Reserve,
+                    nth: 0,
+                    kind: FaultKind::ReplyLost,
+                });
+            }
             Variant::ReleaseOnAbandon => holder.actions = vec![Action::AbandonAfterCharge],
-            Variant::PanicReleases => holder.actions = vec![Action::PanicAfterCharge],
-            Variant::CorruptFailsOpen => {
+            Variant::PanicReleases | Variant::PanicAsNotStored => {
+                holder.actions = vec![Action::PanicAfterCharge];
+            }
+            Variant::CorruptFailsOpen | Variant::CorruptReadAsAbsent => {
                 clock_ticks.clear();
                 corrupt_keys.push(0);
             }
@@ -203,10 +251,7 @@ impl Scenario {
     /// Runs the scenario once on `P` and judges the run.
     pub fn check<P: Platform>(&self) -> Result<History, Box<Counterexample>> {
         let history = self.run::<P>();
-        match check_run(&history) {
-            Ok(()) => Ok(history),
-            Err(counterexample) => Err(Box::new(counterexample)),
-        }
+        check_run(&history).map(|()| history)
     }
 }
 

@@ -1,57 +1,56 @@
 //! The state every caller of a run shares, behind the checker's one lock: the records of the
-//! keys (the store), the provider (the card statement) and the history being written.
+//! keys (the store) and the run's history (`idem_check::History`, whose statement is the
+//! provider's card statement).
 //!
 //! One lock for all of it makes each store command, each charge and each outcome one atomic
 //! step whose order the model checker chooses; the store's clock is read inside the lock, so
 //! the history's times are the store's. A key can be made to hold a corrupt value (not a
-//! record): the store then answers "corrupt" to every command on it and changes nothing.
+//! record): the store then answers "corrupt" to every command on it and changes nothing
+//! (unless the store variant reads it as an absent key).
 
-use idem_core::record::{Command, Record, Reply};
-use idem_core::{Fingerprint, Outcome, OwnerToken, Timestamp};
+use idem_check::{Answer, AttemptSpec, EventKind, History, KeySpec, Received, Variant};
+use idem_core::record::{Command, Record, Write};
+use idem_core::{Outcome, Timestamp};
 
-use crate::history::{AttemptId, Event, EventKind, History};
-use crate::variant::Variant;
+use crate::caller::CallerPlan;
 
-/// One line of the card statement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Charge {
-    /// The key the charge was made under.
-    pub key: usize,
-    /// The charge id: the owner token of the attempt that ran the action.
-    pub charge_id: OwnerToken,
-    /// What the provider answered.
-    pub body: Vec<u8>,
+/// One attempt: the caller that made it and its number among that caller's attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId {
+    /// The caller (a thread of the model).
+    pub caller: usize,
+    /// The attempt's number, from zero; a client retry is the next number.
+    pub attempt: u32,
 }
 
-/// The downstream provider: it counts every effect, per key, with the charge id that made
-/// it. It does not deduplicate: that is idem's job.
-#[derive(Debug, Clone, Default)]
-pub struct Provider {
-    statement: Vec<Charge>,
+impl AttemptId {
+    /// The owner token of this attempt: unique per attempt, as the protocol requires.
+    pub fn owner(self) -> idem_core::OwnerToken {
+        idem_core::OwnerToken::from_u128(
+            (u128::from(self.caller as u64) << 32) | u128::from(self.attempt + 1),
+        )
+    }
+
+    /// The attempt that holds `owner`, if the token was made by [`AttemptId::owner`].
+    pub fn of_owner(owner: idem_core::OwnerToken) -> Option<Self> {
+        let bits = owner.as_u128();
+        let caller = usize::try_from(bits >> 32).ok()?;
+        let attempt = u32::try_from(bits & 0xffff_ffff).ok()?.checked_sub(1)?;
+        Some(Self { caller, attempt })
+    }
+
+    /// The attempt behind attempt `who` of a history this harness wrote.
+    pub fn in_history(history: &History, who: usize) -> Option<Self> {
+        history
+            .attempts
+            .get(who)
+            .and_then(|a| Self::of_owner(a.owner))
+    }
 }
 
-impl Provider {
-    /// Charges the card and returns the provider's answer.
-    pub fn charge(&mut self, key: usize, charge_id: OwnerToken) -> Vec<u8> {
-        let by = AttemptId::of_owner(charge_id)
-            .map_or_else(|| charge_id.to_string(), |who| who.to_string());
-        let body = format!("ch_{}_{by}", self.statement.len()).into_bytes();
-        self.statement.push(Charge {
-            key,
-            charge_id,
-            body: body.clone(),
-        });
-        body
-    }
-
-    /// How many times `key` was charged.
-    pub fn count(&self, key: usize) -> usize {
-        self.statement.iter().filter(|c| c.key == key).count()
-    }
-
-    /// Every charge, in order.
-    pub fn statement(&self) -> &[Charge] {
-        &self.statement
+impl std::fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}.{}", self.caller, self.attempt)
     }
 }
 
@@ -84,25 +83,14 @@ impl Delivery {
             Delivery::Hung { applied } => applied,
         }
     }
-}
 
-/// What the store made of a command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    /// The record machine's reply.
-    Reply(Reply),
-    /// The key holds a value that is not a record: the store said so and changed nothing.
-    Corrupt,
-    /// The command never reached the store: nothing was applied.
-    NotApplied,
-}
-
-impl Answer {
-    /// The record machine's reply, if the command was applied to a record.
-    pub fn reply(&self) -> Option<&Reply> {
-        match self {
-            Answer::Reply(reply) => Some(reply),
-            Answer::Corrupt | Answer::NotApplied => None,
+    /// What the caller gets back for `answer`.
+    fn received(self, answer: &Answer) -> Received {
+        match (self, answer) {
+            (Delivery::Normal, Answer::Reply(reply)) => Received::Reply(reply.clone()),
+            (Delivery::Normal, Answer::Corrupt) => Received::Corrupt,
+            (Delivery::Hung { .. }, _) => Received::GivenUp,
+            _ => Received::Failed,
         }
     }
 }
@@ -114,138 +102,146 @@ pub struct World {
     records: Vec<Option<Record>>,
     /// Keys that hold a corrupt value.
     corrupt: Vec<bool>,
-    provider: Provider,
+    /// Where each caller's attempts start among the history's attempts.
+    first_attempt: Vec<usize>,
     history: History,
 }
 
 impl World {
     /// An empty store of `keys` keys, behaving as `variant`, in which the keys listed in
-    /// `corrupt` hold a value that is not a record.
-    pub fn new(variant: Variant, keys: usize, corrupt: &[usize]) -> Self {
+    /// `corrupt` hold a value that is not a record; every attempt `callers` may make is
+    /// named in the history up front.
+    pub fn new(variant: Variant, keys: usize, corrupt: &[usize], callers: &[CallerPlan]) -> Self {
+        let mut history = History::default();
+        for key in 0..keys {
+            history.add_key(KeySpec {
+                operation: crate::caller::OPERATION.into(),
+                key: crate::caller::key_name(key),
+                filed: None,
+                corrupt: corrupt.contains(&key),
+            });
+        }
+        let mut first_attempt = Vec::with_capacity(callers.len());
+        for (caller, plan) in callers.iter().enumerate() {
+            first_attempt.push(history.attempts.len());
+            for attempt in 0..plan.attempts.max(1) {
+                let id = AttemptId { caller, attempt };
+                history.add_attempt(AttemptSpec {
+                    label: id.to_string(),
+                    key: plan.key,
+                    fingerprint: plan.fingerprint(),
+                    owner: id.owner(),
+                });
+            }
+        }
         Self {
             variant,
             records: vec![None; keys],
             corrupt: (0..keys).map(|key| corrupt.contains(&key)).collect(),
-            provider: Provider::default(),
-            history: History::default(),
+            first_attempt,
+            history,
         }
     }
 
-    /// Applies `command` to `key` at the store's `store_now` (unless `delivery` says it
-    /// never arrives) and records the step. `skew_ms` is how far the sender's clock is off
-    /// the store's; only [`Variant::SkewedClock`] uses it.
+    /// The history's index of attempt `who`.
+    pub fn who(&self, who: AttemptId) -> usize {
+        self.first_attempt.get(who.caller).copied().unwrap_or(0) + who.attempt as usize
+    }
+
+    /// Sends `command` of `who` to `key`'s store at the store's `store_now` (unless
+    /// `delivery` says it never arrives), writes down the send, the store step and, when
+    /// the driver takes it (`taken`), what the caller gets back. `sender_now` is the store's
+    /// clock as the sender's reads it (only a variant that judges expiry by the caller's
+    /// clock uses it).
     #[allow(clippy::too_many_arguments)]
     pub fn store(
         &mut self,
         who: AttemptId,
         key: usize,
-        fingerprint: Fingerprint,
         command: Command,
         store_now: u64,
-        skew_ms: i64,
+        sender_now: u64,
         delivery: Delivery,
+        taken: bool,
     ) -> Answer {
+        let index = self.who(who);
         let before = self.records.get(key).cloned().flatten();
+        let now = Timestamp::from_millis(if self.variant.judges_by_caller_clock() {
+            sender_now
+        } else {
+            store_now
+        });
         let answer = if !delivery.applied() {
             Answer::NotApplied
         } else if self.corrupt.get(key).copied().unwrap_or(false) {
-            Answer::Corrupt
-        } else {
-            let transition = self.variant.step(
-                before.as_ref(),
-                command.clone(),
-                Timestamp::from_millis(store_now),
-                Timestamp::from_millis(store_now.saturating_add_signed(skew_ms)),
-            );
-            match self.records.get_mut(key) {
-                Some(slot) => Answer::Reply(transition.apply_to(slot)),
-                None => Answer::NotApplied,
+            match self.variant.apply_to_garbage(command.clone(), now) {
+                None => Answer::Corrupt,
+                Some(transition) => {
+                    if let (Write::Put(_), Some(corrupt)) =
+                        (&transition.write, self.corrupt.get_mut(key))
+                    {
+                        *corrupt = false;
+                    }
+                    self.apply(key, transition)
+                }
             }
+        } else {
+            let transition = self.variant.apply(before.as_ref(), command.clone(), now);
+            self.apply(key, transition)
         };
         let after = self.records.get(key).cloned().flatten();
-        self.push(
-            who,
-            key,
-            fingerprint,
+        self.history
+            .push(store_now, index, EventKind::Sent(command.kind()));
+        self.history.push(
             store_now,
+            index,
             EventKind::Store {
                 command,
                 before,
                 answer: answer.clone(),
                 after,
-                delivery,
             },
         );
+        if taken {
+            let received = delivery.received(&answer);
+            self.history
+                .push(store_now, index, EventKind::Received(received));
+        }
         answer
     }
 
-    /// The action charges the card; returns the provider's answer.
-    pub fn charge(
-        &mut self,
-        who: AttemptId,
-        key: usize,
-        fingerprint: Fingerprint,
-        now: u64,
-    ) -> Vec<u8> {
-        let body = self.provider.charge(key, who.owner());
-        self.push(
-            who,
-            key,
-            fingerprint,
-            now,
-            EventKind::Charged { body: body.clone() },
-        );
-        body
+    fn apply(&mut self, key: usize, transition: idem_core::record::Transition) -> Answer {
+        match self.records.get_mut(key) {
+            Some(slot) => Answer::Reply(transition.apply_to(slot)),
+            None => Answer::NotApplied,
+        }
+    }
+
+    /// The action of `who` charges the card at `now`; returns the provider's answer, the
+    /// charge's id.
+    pub fn charge(&mut self, who: AttemptId, now: u64) -> Vec<u8> {
+        let index = self.who(who);
+        self.history.charge(now, index).as_bytes().to_vec()
     }
 
     /// Records something that is not a store step or a charge.
-    pub fn note(
-        &mut self,
-        who: AttemptId,
-        key: usize,
-        fingerprint: Fingerprint,
-        now: u64,
-        kind: EventKind,
-    ) {
-        self.push(who, key, fingerprint, now, kind);
+    pub fn note(&mut self, who: AttemptId, now: u64, kind: EventKind) {
+        let index = self.who(who);
+        self.history.push(now, index, kind);
     }
 
     /// Records an attempt's outcome.
-    pub fn finish(
-        &mut self,
-        who: AttemptId,
-        key: usize,
-        fingerprint: Fingerprint,
-        now: u64,
-        outcome: Outcome,
-    ) {
-        self.push(who, key, fingerprint, now, EventKind::Finished(outcome));
+    pub fn finish(&mut self, who: AttemptId, now: u64, outcome: Outcome) {
+        self.note(who, now, EventKind::Finished(outcome));
     }
 
-    /// The provider's statement so far.
-    pub fn provider(&self) -> &Provider {
-        &self.provider
+    /// The history so far.
+    pub fn history(&self) -> &History {
+        &self.history
     }
 
     /// Takes the history out, leaving an empty one.
     pub fn take_history(&mut self) -> History {
         std::mem::take(&mut self.history)
-    }
-
-    fn push(
-        &mut self,
-        who: AttemptId,
-        key: usize,
-        fingerprint: Fingerprint,
-        at: u64,
-        kind: EventKind,
-    ) {
-        self.history.events.push(Event {
-            at,
-            who,
-            key,
-            fingerprint,
-            kind,
-        });
     }
 }

@@ -13,10 +13,16 @@
 //! double, at bound 2, as is the corrupt key, where every command is answered at once.
 //! Together about 300,000 schedules, under a minute on two cores.
 
+use idem_check::EventKind;
 use idem_core::{CommandKind, InFlightPolicy, Options, Outcome, StoreFailurePolicy};
 use idem_tests::caller::{Action, CallerPlan, Fault, FaultKind};
 use idem_tests::scenario::{LEASE_MS, model_options};
-use idem_tests::{EventKind, Exploration, History, Scenario, Variant, loom_explore};
+use idem_tests::{AttemptId, History, ModelCheck, Scenario, Variant, loom_check};
+
+/// The caller that made attempt `who` of a history.
+fn caller_of(history: &History, who: usize) -> Option<usize> {
+    AttemptId::in_history(history, who).map(|id| id.caller)
+}
 
 fn options() -> Options {
     model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)
@@ -56,32 +62,29 @@ fn passes(
     name: &str,
     scenario: &Scenario,
     bound: usize,
-    expect: Option<idem_tests::explore::Expectation>,
+    expect: Option<idem_tests::model_check::Expectation>,
     reaches: &[&'static str],
-) -> Exploration {
-    let exploration = loom_explore(scenario, bound, expect);
+) -> ModelCheck {
+    let checked = loom_check(scenario, bound, expect);
     println!(
         "{name}: {} schedules at preemption bound {bound}, {} threads",
-        exploration.schedules,
+        checked.schedules,
         scenario.callers.len() + 1 + usize::from(!scenario.clock_ticks.is_empty())
     );
-    if let Some(counterexample) = &exploration.counterexample {
+    if let Some(counterexample) = &checked.counterexample {
         panic!("{name}: {counterexample}");
     }
-    if let Some(failure) = &exploration.failure {
+    if let Some(failure) = &checked.failure {
         panic!("{name}: {failure}");
     }
-    assert!(
-        exploration.schedules > 1,
-        "{name}: explored only one schedule"
-    );
-    println!("{name}: {}", exploration.coverage);
-    let missing = exploration.coverage.missing_of(reaches);
+    assert!(checked.schedules > 1, "{name}: ran only one schedule");
+    println!("{name}: {}", checked.coverage);
+    let missing = checked.coverage.missing_of(reaches);
     assert!(
         missing.is_empty(),
         "{name}: no schedule reached {missing:?}"
     );
-    exploration
+    checked
 }
 
 /// The caller whose first action fails (caller 0) ends with the action run or the other
@@ -91,7 +94,7 @@ fn passes(
 fn the_failed_caller_gets_an_answer(history: &History) -> Result<(), String> {
     let last = history
         .outcomes()
-        .filter(|(event, _)| event.who.caller == 0)
+        .filter(|(event, _)| caller_of(history, event.who) == Some(0))
         .last()
         .map(|(event, outcome)| (event.who, outcome));
     match last {
@@ -338,12 +341,11 @@ fn loom_two_callers_holder_abandoned_mid_action() {
 /// A settlement of an action dropped mid-run sends nothing: every store command of the
 /// abandoned attempt comes before its abandonment.
 fn the_dropped_action_sent_nothing(history: &History) -> Result<(), String> {
-    let abandoned = history
-        .events
-        .iter()
-        .position(|e| e.who.caller == 0 && matches!(e.kind, EventKind::Abandoned));
+    let abandoned = history.events.iter().position(|e| {
+        caller_of(history, e.who) == Some(0) && matches!(e.kind, EventKind::Abandoned)
+    });
     let sent_after = history.events.iter().enumerate().find(|(index, e)| {
-        e.who.caller == 0
+        caller_of(history, e.who) == Some(0)
             && abandoned.is_some_and(|at| index > &at)
             && matches!(e.kind, EventKind::Store { .. })
     });
@@ -434,7 +436,7 @@ fn loom_two_callers_corrupt_key() {
         model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailClosed).expect("valid");
     let mut scenario = one_key(vec![caller(), CallerPlan::new(0, 0, closed)]);
     scenario.corrupt_keys = vec![0];
-    let exploration = passes(
+    let checked = passes(
         "loom_two_callers_corrupt_key",
         &scenario,
         2,
@@ -442,8 +444,8 @@ fn loom_two_callers_corrupt_key() {
         &["corrupt"],
     );
     assert_eq!(
-        exploration.coverage.corrupt,
-        2 * exploration.coverage.runs,
+        checked.coverage.corrupt,
+        2 * checked.coverage.runs,
         "every caller ends CorruptRecord"
     );
 }
@@ -453,8 +455,11 @@ fn only_corrupt_record(history: &History) -> Result<(), String> {
         .outcomes()
         .find(|(_, o)| **o != Outcome::CorruptRecord)
     {
-        Some((event, outcome)) => Err(format!("{} ended {outcome:?}", event.who)),
-        None if history.charges(0) > 0 => Err("a corrupt key was charged".into()),
+        Some((event, outcome)) => Err(format!(
+            "{} ended {outcome:?}",
+            history.attempts[event.who].label
+        )),
+        None if !history.statement.is_empty() => Err("a corrupt key was charged".into()),
         None => Ok(()),
     }
 }

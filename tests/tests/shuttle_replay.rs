@@ -3,14 +3,14 @@
 //! shuttle writes the failing schedule (the same string it prints under
 //! `FailurePersistence::Print`) to a file and prints the file's path; this test finds a
 //! failure of a broken store variant, reads the schedule back, replays exactly that one
-//! schedule, and asserts that the replay breaks the same invariants with the same history.
+//! schedule, and asserts that the replay breaks the same rules with the same history.
 //!
 //! It runs in a test binary of its own because shuttle installs its failure hook once per
 //! process, with the configuration of the first failing run.
 
 use shuttle::FailurePersistence;
 
-use idem_tests::{Scenario, ShuttleSchedules, Variant, shuttle_explore, shuttle_replay};
+use idem_tests::{Scenario, ShuttleSchedules, Variant, shuttle_check, shuttle_replay};
 
 fn broken() -> Scenario {
     Scenario::random(Variant::CompleteWithoutOwnerCheck).expect("model options are valid")
@@ -20,7 +20,7 @@ fn broken() -> Scenario {
 fn shuttle_replays_a_printed_failing_schedule() {
     let dir = std::env::temp_dir().join(format!("idem-shuttle-replay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let found = shuttle_explore(
+    let found = shuttle_check(
         broken,
         ShuttleSchedules::Random {
             seed: 11,
@@ -47,7 +47,7 @@ fn shuttle_replays_a_printed_failing_schedule() {
     let again = replayed
         .counterexample
         .expect("the replayed schedule must fail again");
-    assert_eq!(again.invariants(), original.invariants());
+    assert_eq!(again.rules(), original.rules());
     assert_eq!(
         again.to_string(),
         original.to_string(),

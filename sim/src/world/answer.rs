@@ -1,14 +1,14 @@
-//! How a try ends: the outcome the attempt gives, what the client is answered, whether it
-//! retries, and the checks on each ending.
+//! How a try ends: the outcome the attempt gives, what the client is answered, and whether
+//! it retries. Every ending is written down for the judge.
 
 use std::fmt::Write as _;
 
+use idem_check::EventKind;
 use idem_core::{Abandonment, Execution, Outcome, Protection, Record, Recording, StoredResult};
 
 use super::World;
 use crate::faults::Exercised;
-use crate::plan::Stage;
-use crate::report::{Check, Response};
+use crate::report::Response;
 
 impl World<'_> {
     /// The attempt of `worker` is done with `outcome`. Returns whether to keep driving it:
@@ -16,7 +16,10 @@ impl World<'_> {
     /// have left (as the tokio driver does), so its attempt goes on.
     pub(super) fn done(&mut self, worker: usize, outcome: Outcome) -> bool {
         if self.workers[worker].outcome.is_some() {
-            self.violation(Check::DriverProtocol, format!("w{worker} finished twice"));
+            self.protocol(
+                worker,
+                format!("finished twice, the second time {outcome:?}"),
+            );
             return false;
         }
         let w = &self.workers[worker];
@@ -26,21 +29,28 @@ impl World<'_> {
                 "w{worker} answers {outcome:?}, then settles what its reserves may have left"
             );
             self.exercised(Exercised::FailClosed);
-            self.check_answer_on_corrupt_key(worker, &outcome);
+            self.note(worker, EventKind::Finished(outcome));
             self.answer(worker, Response::StoreUnavailable);
             let now = idem_core::Timestamp::from_millis(self.caller_now(worker));
             self.workers[worker].attempt.abandon(now);
+            self.note(worker, EventKind::Abandoned);
             return true;
         }
         trace!(self, "w{worker} done: {outcome:?}");
-        self.check_ending(worker, &outcome);
-        self.check_answer_on_corrupt_key(worker, &outcome);
         let w = &self.workers[worker];
-        let (slot, fingerprint) = (w.slot, w.attempt.fingerprint());
-        let own = w.charge.map(|charge| self.report.charges[charge].id());
+        let slot = w.slot;
+        let own = w
+            .charge
+            .map(|charge| self.history.statement.lines()[charge].id.clone());
         let quiet = w.answered || w.abandoned_in.is_some();
+        let ending = if quiet {
+            EventKind::Settled(outcome.clone())
+        } else {
+            EventKind::Finished(outcome.clone())
+        };
+        self.note(worker, ending);
         if let Outcome::Executed(execution) | Outcome::Panicked(execution) = &outcome {
-            self.executed(worker, execution);
+            self.executed(execution);
         }
         let response = match &outcome {
             Outcome::Executed(_) => {
@@ -63,17 +73,11 @@ impl World<'_> {
                 self.exercised(Exercised::Replay);
                 match result {
                     StoredResult::Value(body) => {
-                        let text = String::from_utf8_lossy(body.as_bytes()).into_owned();
-                        self.check_replay(worker, slot, fingerprint, &text);
-                        Response::Result(text)
+                        Response::Result(String::from_utf8_lossy(body.as_bytes()).into_owned())
                     }
-                    StoredResult::NotStored => {
-                        self.check_bodiless_replay(worker, slot, fingerprint);
-                        Response::NoBody
-                    }
+                    StoredResult::NotStored => Response::NoBody,
                     StoredResult::Panicked => {
                         self.exercised(Exercised::PanicReplayed);
-                        self.check_panic_replay(worker, slot, fingerprint);
                         Response::OutcomeUnknown
                     }
                 }
@@ -82,24 +86,7 @@ impl World<'_> {
                 self.exercised(Exercised::ActionFailed);
                 Response::ActionFailed
             }
-            Outcome::KeyReuse { stored, given } => {
-                // A refusal is genuine: another request under this very key holds it.
-                let genuine = stored != given
-                    && self
-                        .plan
-                        .clients
-                        .iter()
-                        .any(|c| c.slot == slot && c.fingerprint == *stored);
-                if !genuine {
-                    self.violation(
-                        Check::KeyReuseRefused,
-                        format!(
-                            "w{worker} refused as key reuse, but no other request used its key"
-                        ),
-                    );
-                }
-                Response::KeyReuse
-            }
+            Outcome::KeyReuse { .. } => Response::KeyReuse,
             Outcome::InProgress => {
                 self.exercised(Exercised::InProgress);
                 Response::InProgress
@@ -116,9 +103,9 @@ impl World<'_> {
                 Response::NoBody
             }
             Outcome::RolledBack { .. } | Outcome::CommitUnknown => {
-                self.violation(
-                    Check::DriverProtocol,
-                    format!("w{worker} ends {outcome:?}, but its action is not transactional"),
+                self.protocol(
+                    worker,
+                    format!("ends {outcome:?}, but its action is not transactional"),
                 );
                 Response::NoBody
             }
@@ -171,56 +158,12 @@ impl World<'_> {
         }
     }
 
-    fn executed(&mut self, worker: usize, execution: &Execution) {
+    fn executed(&mut self, execution: &Execution) {
         if execution.protection == Protection::FailedOpen {
             self.exercised(Exercised::FailOpen);
         }
         if execution.record == Recording::Unknown {
             self.exercised(Exercised::CompleteUnknown);
-        }
-        if self.workers[worker].lapsed
-            && execution.protection == Protection::Reserved
-            && !execution.lease_lost
-        {
-            self.violation(
-                Check::LeaseLossReported,
-                format!("w{worker}'s lease lapsed at the store, but {execution:?}"),
-            );
-        }
-    }
-
-    /// Liveness, the shape of the end: an abandoned attempt ends `Abandoned` (an action
-    /// dropped mid-run as `ActionDropped`), or in its normal outcome when it was already
-    /// recording its result or releasing its key; a fail-closed try's settlement ends
-    /// `Abandoned` too; an attempt the service did not abandon never ends `Abandoned`.
-    fn check_ending(&mut self, worker: usize, outcome: &Outcome) {
-        let w = &self.workers[worker];
-        let settled = matches!(
-            outcome,
-            Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease)
-        );
-        let expected = match (w.abandoned_in, w.dropped_at) {
-            (Some(_), Some(_)) => *outcome == Outcome::Abandoned(Abandonment::ActionDropped),
-            (Some(Stage::Reserve | Stage::Waiting), None) => settled,
-            (Some(Stage::Complete), None) => {
-                matches!(outcome, Outcome::Executed(_) | Outcome::Panicked(_))
-            }
-            (Some(Stage::Release), None) => matches!(outcome, Outcome::ActionFailed { .. }),
-            (Some(Stage::Action), None) => false,
-            (None, _) if w.answered => settled,
-            (None, _) => !matches!(outcome, Outcome::Abandoned(_)),
-        };
-        if !expected {
-            let detail = format!(
-                "w{worker} ended {outcome:?}, abandoned in {:?}{}",
-                w.abandoned_in,
-                if w.dropped_at.is_some() {
-                    " with its action running"
-                } else {
-                    ""
-                }
-            );
-            self.violation(Check::EveryAttemptFinishes, detail);
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use idem_check::EventKind;
 use idem_core::{Command, Timestamp};
 
 use super::World;
@@ -51,7 +52,6 @@ impl World<'_> {
     /// The service abandons the attempt of `worker`: its caller went away and took the
     /// action (if it runs) with it.
     fn abandon(&mut self, worker: usize, why: &str) {
-        let now = self.now;
         let clock = Timestamp::from_millis(self.caller_now(worker));
         let w = &mut self.workers[worker];
         let stage = w.stage.unwrap_or(Stage::Reserve);
@@ -59,7 +59,6 @@ impl World<'_> {
         let running = w.running;
         let class = if running {
             w.running = false;
-            w.dropped_at = Some(now);
             if w.charge.is_some() {
                 Exercised::AbandonAfterEffect
             } else if w.effect_pending && self.rng.chance(500) {
@@ -89,6 +88,7 @@ impl World<'_> {
         // The reply of a command out now will not be fed: the attempt counts it as failed.
         self.workers[worker].outstanding = None;
         self.workers[worker].attempt.abandon(clock);
+        self.note(worker, EventKind::Abandoned);
         if running && self.variant.releases_on_abandon() {
             // The attempt keeps the key; this driver gives it back behind its back.
             let owner = self.workers[worker].attempt.owner();

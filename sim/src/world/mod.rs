@@ -1,13 +1,17 @@
 //! The discrete-event engine: callers, the network, the store node and the provider on
 //! simulated milliseconds, driving the real `idem_core::Attempt` and the real
-//! `idem_core::record::apply` (or a deliberately broken [`Variant`]), checking every store
-//! step and every answer as it happens.
+//! `idem_core::record::apply` (or a deliberately broken [`Variant`]). The run is written
+//! down as it happens, in `idem_check`'s [`History`] (every event stamped with the store's
+//! clock), and judged at its end by `idem_check`'s judge of MODEL.md's rules.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use idem_core::record::Write;
+use idem_check::{
+    ActionEnd, Answer as StoreAnswer, AttemptSpec, EventKind, History, KeySpec, Received, Variant,
+};
+use idem_core::record::{Completion, Write};
 use idem_core::{
     ActionResult, Attempt, Body, Command, LeaseState, Outcome, OwnerToken, Record, Reply, Step,
     Timestamp,
@@ -15,12 +19,11 @@ use idem_core::{
 
 use crate::faults::Exercised;
 use crate::plan::{ActionPlan, CALLER_EPOCH, Outage, OutageKind, Plan, Stage};
-use crate::report::{Charge, Check, RunReport, Violation};
+use crate::report::RunReport;
 use crate::rng::SimRng;
-use crate::variant::Variant;
 
-/// A run that processes more events than this is stuck (a livelock): the check
-/// [`Check::EveryAttemptFinishes`] fails.
+/// A run that processes more events than this is stuck (a livelock): every attempt still
+/// going is written down as stuck, which breaks the rule "liveness".
 const EVENT_BUDGET: u64 = 2_000_000;
 
 macro_rules! trace {
@@ -32,10 +35,7 @@ macro_rules! trace {
 }
 
 mod answer;
-mod checks;
 mod gone;
-
-use checks::CommandSummary;
 
 #[derive(Debug)]
 enum Event {
@@ -126,10 +126,7 @@ impl Ord for Queued {
 fn storage_slots(plan: &Plan, variant: Variant) -> Vec<usize> {
     let filed = |i: usize| {
         let slot = &plan.slots[i];
-        (
-            slot.operation.as_str(),
-            variant.stored_key(slot.key.as_str()),
-        )
+        variant.files_as(slot.operation.as_str(), slot.key.as_str())
     };
     (0..plan.slots.len())
         .map(|i| (0..i).find(|&j| filed(j) == filed(i)).unwrap_or(i))
@@ -160,41 +157,25 @@ struct Worker {
     crashed_at: Option<u64>,
     /// The stage of the try, as the service sees it (`None` before its first poll).
     stage: Option<Stage>,
-    /// The action was handed out (it runs, or ran).
-    ran: bool,
     /// The action runs: handed out, not ended, not dropped.
     running: bool,
-    /// The action ran without a reservation (fail-open).
-    unprotected: bool,
     /// The provider's charge is still to come.
     effect_pending: bool,
     /// The provider's charge will not land: the action was dropped before sending it.
     charge_dropped: bool,
-    /// The action panicked (whatever the driver fed the attempt).
-    panicked: bool,
     /// The caller of this attached try went away in this stage, and the attempt was
     /// abandoned.
     abandoned_in: Option<Stage>,
-    /// When the action was dropped while it ran (the attempt then stops renewing).
-    dropped_at: Option<u64>,
-    /// The store answered "corrupt" before the action was handed out.
-    corrupt_before_run: bool,
     /// The caller was answered (a fail-closed try answers, then settles).
     answered: bool,
     /// The charge its action made, as an index into the statement.
     charge: Option<usize>,
     /// How the attempt ended.
     outcome: Option<Outcome>,
-    /// When the store first granted this worker's reservation (store's clock).
-    granted_at: Option<u64>,
-    /// The end of this worker's reservation as the store last wrote it (store's clock).
-    lease_end: Option<u64>,
-    /// When the result this worker recorded expires, on the store's clock.
-    recorded_until: Option<u64>,
-    /// The store found this worker's reservation gone when it completed or renewed.
-    lapsed: bool,
-    /// A [`Check::HeldLeaseIsLive`] failure was reported (once per worker is enough).
-    lease_misreported: bool,
+    /// The last lease view written down: its end on the store's clock, and the version of
+    /// the record it was judged against (a view that says the same of an unchanged record
+    /// says nothing new).
+    last_view: Option<(u64, u64)>,
 }
 
 impl Worker {
@@ -232,9 +213,13 @@ pub(crate) struct World<'p> {
     /// The storage slot of each plan slot: the slot itself, unless the store files two
     /// keys under one (a broken variant).
     storage: Vec<usize>,
+    /// For each storage slot, how many times its record was written.
+    versions: Vec<u64>,
     workers: Vec<Worker>,
     clients: Vec<Client>,
     report: RunReport,
+    /// What happened, for the judge.
+    history: History,
     trace: Option<String>,
     /// Events allowed before the run counts as stuck.
     budget: u64,
@@ -252,15 +237,28 @@ impl<'p> World<'p> {
             records: vec![None; plan.slots.len()],
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
+            versions: vec![0; plan.slots.len()],
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
             report: RunReport {
                 responses: vec![Vec::new(); plan.clients.len()],
                 ..RunReport::default()
             },
+            history: History::default(),
             trace: trace.then(String::new),
             budget: EVENT_BUDGET,
         };
+        for slot in &plan.slots {
+            let (operation, key) = (slot.operation.as_str(), slot.key.as_str());
+            let filed = variant.files_as(operation, key);
+            world.history.add_key(KeySpec {
+                operation: operation.to_owned(),
+                key: key.to_owned(),
+                filed: (filed != (operation, key))
+                    .then(|| (filed.0.to_owned(), filed.1.to_owned())),
+                corrupt: slot.corrupt,
+            });
+        }
         world.trace_plan();
         for (i, client) in plan.clients.iter().enumerate() {
             world.at(
@@ -334,8 +332,12 @@ impl<'p> World<'p> {
             self.now = at;
             self.report.events += 1;
             if self.report.events > self.budget {
-                let detail = format!("event budget of {} exhausted", self.budget);
-                self.violation(Check::EveryAttemptFinishes, detail);
+                let why = format!("the run's event budget of {} ran out", self.budget);
+                for worker in 0..self.workers.len() {
+                    if self.workers[worker].live() {
+                        self.note(worker, EventKind::Stuck(why.clone()));
+                    }
+                }
                 break;
             }
             self.handle(event);
@@ -352,13 +354,16 @@ impl<'p> World<'p> {
         });
     }
 
-    fn violation(&mut self, check: Check, detail: String) {
-        trace!(self, "VIOLATION {}: {detail}", check.name());
-        self.report.violations.push(Violation {
-            check,
-            at: self.now,
-            detail,
-        });
+    /// Writes down what happened to `worker`'s attempt, now.
+    fn note(&mut self, worker: usize, kind: EventKind) {
+        let at = self.store_now();
+        self.history.push(at, worker, kind);
+    }
+
+    /// The driver did what a driver must not: written down for the judge.
+    fn protocol(&mut self, worker: usize, why: String) {
+        trace!(self, "w{worker}: PROTOCOL ERROR: {why}");
+        self.note(worker, EventKind::Protocol(why));
     }
 
     fn exercised(&mut self, class: Exercised) {
@@ -415,6 +420,7 @@ impl<'p> World<'p> {
                     };
                     self.exercised(class);
                     trace!(self, "w{worker} crashes ({})", class.name());
+                    self.note(worker as usize, EventKind::Crashed);
                 }
             }
             other => self.worker_event(other),
@@ -436,18 +442,13 @@ impl<'p> World<'p> {
             );
             return;
         }
-        let number = self.report.charges.len() as u32 + 1;
-        let charge = Charge {
-            number,
-            slot: w.slot,
-            worker: worker as u32,
-            at: self.now,
-        };
-        w.charge = Some(self.report.charges.len());
-        self.report.charges.push(charge);
+        w.charge = Some(self.history.statement.len());
         self.report.effects += 1;
-        trace!(self, "provider charges ch_{number} for w{worker}");
-        self.check_charge_on_corrupt_key(worker);
+        let at = self.store_now();
+        let id = self.history.charge(at, worker);
+        if let Some(out) = self.trace.as_mut() {
+            let _ = writeln!(out, "{:>9} provider charges {id} for w{worker}", self.now);
+        }
     }
 
     /// Events the holder's own process handles: ignored once it crashed, held back while
@@ -506,6 +507,8 @@ impl<'p> World<'p> {
             Event::Pause { length, .. } => {
                 self.exercised(Exercised::PausePastLease);
                 trace!(self, "w{worker} pauses for {length}ms");
+                let until = self.store_now() + length;
+                self.note(worker, EventKind::Paused { until });
                 self.workers[worker].paused_until = self.now + length;
                 self.at(
                     self.now + length,
@@ -522,14 +525,16 @@ impl<'p> World<'p> {
     /// Feeds the attempt what came back for its outstanding command.
     fn feed_answer(&mut self, worker: usize, answer: Answer) {
         let now = Timestamp::from_millis(self.caller_now(worker));
+        let received = match &answer {
+            Answer::Reply(reply) => Received::Reply(reply.clone()),
+            Answer::Refused => Received::Failed,
+            Answer::Corrupt => Received::Corrupt,
+        };
+        self.note(worker, EventKind::Received(received));
         let fed = match answer {
             Answer::Reply(reply) => self.workers[worker].attempt.handle_reply(reply, now),
             Answer::Refused => self.workers[worker].attempt.handle_store_error(now),
             Answer::Corrupt => {
-                let w = &mut self.workers[worker];
-                if !w.ran {
-                    w.corrupt_before_run = true;
-                }
                 if self.variant.feeds_corrupt_as_store_error() {
                     trace!(
                         self,
@@ -553,7 +558,6 @@ impl<'p> World<'p> {
         }
         w.running = false;
         let result = if w.action.panic_at.is_some() {
-            w.panicked = true;
             let class = if w.charge.is_some() {
                 Exercised::PanicAfterEffect
             } else {
@@ -568,9 +572,9 @@ impl<'p> World<'p> {
             }
         } else {
             match (w.action.fails, w.action.unrecordable, w.charge) {
-                (false, false, Some(charge)) => {
-                    ActionResult::Succeeded(Body::new(self.report.charges[charge].id()))
-                }
+                (false, false, Some(charge)) => ActionResult::Succeeded(Body::new(
+                    self.history.statement.lines()[charge].id.as_bytes(),
+                )),
                 (false, true, Some(_)) => {
                     self.exercised(Exercised::Unrecordable);
                     ActionResult::Unrecordable
@@ -579,6 +583,16 @@ impl<'p> World<'p> {
             }
         };
         trace!(self, "w{worker} action ends: {result:?}");
+        let end = if self.workers[worker].action.panic_at.is_some() {
+            ActionEnd::Panicked
+        } else {
+            match result {
+                ActionResult::Succeeded(_) => ActionEnd::Succeeded,
+                ActionResult::Unrecordable => ActionEnd::Unrecordable,
+                _ => ActionEnd::Failed,
+            }
+        };
+        self.note(worker, EventKind::ActionEnded(end));
         let stage = if result == ActionResult::Failed {
             Stage::Release
         } else {
@@ -595,7 +609,7 @@ impl<'p> World<'p> {
 
     fn fed(&mut self, worker: usize, fed: Result<(), idem_core::ProtocolError>) {
         if let Err(err) = fed {
-            self.violation(Check::DriverProtocol, format!("w{worker}: {err}"));
+            self.protocol(worker, err.to_string());
         }
     }
 
@@ -624,6 +638,12 @@ impl<'p> World<'p> {
         let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
         let jitter = self.rng.next_u64();
         let slot = &self.plan.slots[plan.slot];
+        self.history.add_attempt(AttemptSpec {
+            label: format!("w{worker}"),
+            key: plan.slot,
+            fingerprint: plan.fingerprint,
+            owner,
+        });
         let now = Timestamp::from_millis(self.now + plan.clock_offset);
         let attempt = Attempt::new(
             slot.operation.clone(),
@@ -653,23 +673,14 @@ impl<'p> World<'p> {
             paused_until: 0,
             crashed_at: None,
             stage: None,
-            ran: false,
             running: false,
-            unprotected: false,
             effect_pending: false,
             charge_dropped: false,
-            panicked: false,
             abandoned_in: None,
-            dropped_at: None,
-            corrupt_before_run: false,
             answered: false,
             charge: None,
             outcome: None,
-            granted_at: None,
-            lease_end: None,
-            recorded_until: None,
-            lapsed: false,
-            lease_misreported: false,
+            last_view: None,
         });
         trace!(
             self,
@@ -700,8 +711,9 @@ impl<'p> World<'p> {
                 // The attempt gave the command up at its reply deadline: a reply to it is
                 // late from now on.
                 trace!(self, "w{worker} gives #{cmd} up at its reply deadline");
+                self.note(worker, EventKind::Received(Received::GivenUp));
             }
-            self.check_lease(worker, clock);
+            self.view_lease(worker, clock);
             match step {
                 Step::Send { command, .. } => {
                     let stage = match command {
@@ -714,8 +726,7 @@ impl<'p> World<'p> {
                     self.send(worker, command);
                 }
                 Step::Run if self.workers[worker].abandoned_in.is_some() => {
-                    let detail = format!("w{worker} was abandoned, but is told to run");
-                    self.violation(Check::DriverProtocol, detail);
+                    self.protocol(worker, "abandoned, but told to run".into());
                     return;
                 }
                 Step::Run => {
@@ -783,6 +794,7 @@ impl<'p> World<'p> {
         let cmd = w.next_cmd;
         w.outstanding = Some(cmd);
         trace!(self, "w{worker} sends #{cmd} {}", command.name());
+        self.note(worker, EventKind::Sent(command.kind()));
         self.transmit(worker, cmd, command);
     }
 
@@ -790,6 +802,7 @@ impl<'p> World<'p> {
     /// reply is never taken for the attempt's.
     fn send_untracked(&mut self, worker: usize, command: Command) {
         trace!(self, "w{worker} sends #0 {} on its own", command.name());
+        self.note(worker, EventKind::Sent(command.kind()));
         self.transmit(worker, 0, command);
     }
 
@@ -815,15 +828,14 @@ impl<'p> World<'p> {
         let clock = Timestamp::from_millis(self.caller_now(worker));
         let w = &mut self.workers[worker];
         let action = w.action;
-        w.ran = true;
         w.running = true;
-        w.unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
+        let unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
         // The charge comes at its time, unless the action fails or panics first.
         w.effect_pending = !action.fails && action.panic_at.is_none_or(|p| action.effect_at < p);
         let effect_pending = w.effect_pending;
         let lease = w.attempt.options().lease().as_millis() as u64;
         trace!(self, "w{worker} runs the action: {action:?}");
-        self.check_run_on_corrupt_key(worker);
+        self.note(worker, EventKind::Run { unprotected });
         if action.duration > lease {
             self.exercised(Exercised::SlowAction);
         }
@@ -841,15 +853,29 @@ impl<'p> World<'p> {
         }
     }
 
-    fn worker_of(&self, owner: OwnerToken) -> Option<usize> {
-        let index = (owner.as_u128() & u128::from(u64::MAX)) as usize;
-        self.workers
-            .get(index)
-            .filter(|w| w.attempt.owner() == owner)
-            .map(|_| index)
+    /// The lease view: while the attempt says its lease is held, what it believes is
+    /// written down (its confirmed end, on the store's clock) for the judge to hold against
+    /// the record. A view that says the same as the last one of an unchanged record is not
+    /// written again.
+    fn view_lease(&mut self, worker: usize, clock: u64) {
+        let w = &self.workers[worker];
+        if w.attempt.lease(Timestamp::from_millis(clock)) != LeaseState::Held {
+            return;
+        }
+        let Some(until) = w.attempt.lease_confirmed_until() else {
+            return;
+        };
+        // The caller's clock runs `clock - now` ahead of simulated time, the store's
+        // `store_offset`.
+        let until = until.as_millis().saturating_sub(clock - self.now) + self.plan.store_offset;
+        let seen = (until, self.versions[self.storage[w.slot]]);
+        if w.last_view != Some(seen) {
+            self.workers[worker].last_view = Some(seen);
+            self.note(worker, EventKind::LeaseView { until });
+        }
     }
 
-    /// The store node: applies one command at its own clock, checks the step, replies.
+    /// The store node: applies one command at its own clock, writes the step down, replies.
     fn store_receives(&mut self, worker: usize, cmd: u32, command: Command) {
         let network = self.plan.network;
         match self.plan.outages.iter().find(|o| o.covers(self.now)) {
@@ -859,6 +885,7 @@ impl<'p> World<'p> {
             }) => {
                 self.exercised(Exercised::StoreDown);
                 trace!(self, "store is down: #{cmd} of w{worker} refused");
+                self.stored(worker, command, None, StoreAnswer::NotApplied, None);
                 let delay = self.rng.between(network.min_delay, network.max_delay);
                 self.at(
                     self.now + delay,
@@ -876,6 +903,7 @@ impl<'p> World<'p> {
             }) => {
                 self.exercised(Exercised::StoreSilent);
                 trace!(self, "store does not answer: #{cmd} of w{worker} swallowed");
+                self.stored(worker, command, None, StoreAnswer::NotApplied, None);
                 return;
             }
             None => {}
@@ -890,98 +918,116 @@ impl<'p> World<'p> {
             store_now
         };
         let stored = self.storage[slot];
-        if matches!(command, Command::Reserve { .. }) {
-            self.check_key_verbatim(worker);
-        }
-        self.check_recorded_result(worker, &command);
-        self.check_abnormal_command(worker, &command);
-        let summary = CommandSummary::of(&command);
+        let name = command.name();
         if self.garbage[stored] {
-            let Some(transition) = self.variant.apply_to_garbage(command, judged_at) else {
+            let Some(transition) = self.variant.apply_to_garbage(command.clone(), judged_at) else {
                 self.exercised(Exercised::CorruptRecord);
                 trace!(
                     self,
-                    "store applies #{cmd} {} of w{worker}: the key holds no record", summary.name
+                    "store applies #{cmd} {name} of w{worker}: the key holds no record"
                 );
+                self.stored(worker, command, None, StoreAnswer::Corrupt, None);
                 self.reply(worker, cmd, Answer::Corrupt);
                 return;
             };
             trace!(
                 self,
-                "store applies #{cmd} {} of w{worker} to a value that is not a record: {:?}",
-                summary.name,
+                "store applies #{cmd} {name} of w{worker} to a value that is not a record: {:?}",
                 transition.reply
             );
-            if let Write::Put(record) = transition.write {
-                self.violation(
-                    Check::CorruptRecordRunsNothing,
-                    format!(
-                        "w{worker}'s {} replaced a value that is not a record with {record:?}",
-                        summary.name
-                    ),
-                );
-                self.garbage[stored] = false;
-                self.wrote(worker, &summary, &record);
-                self.records[stored] = Some(record);
-            }
+            let written = match transition.write {
+                Write::Put(record) => {
+                    self.garbage[stored] = false;
+                    self.versions[stored] += 1;
+                    self.records[stored] = Some(record.clone());
+                    Some(record)
+                }
+                Write::Unchanged | Write::Delete => None,
+            };
+            let reply = StoreAnswer::Reply(transition.reply.clone());
+            self.stored(worker, command, None, reply, written);
             self.reply(worker, cmd, Answer::Reply(transition.reply));
             return;
         }
         let before = self.records[stored].take();
-        let transition = self.variant.apply(before.as_ref(), command, judged_at);
-        self.check_step(
-            worker,
-            before.as_ref(),
-            &summary,
-            &transition.reply,
-            &transition.write,
-        );
+        let transition = self
+            .variant
+            .apply(before.as_ref(), command.clone(), judged_at);
+        self.exercise_step(before.as_ref(), &command, &transition.reply);
         trace!(
             self,
-            "store applies #{cmd} {} of w{worker}: {:?}", summary.name, transition.reply
+            "store applies #{cmd} {name} of w{worker}: {:?}", transition.reply
         );
-        if let Write::Put(record) = &transition.write {
-            self.wrote(worker, &summary, record);
-        }
         let notify = self.plan.notices
             && matches!(
                 transition.write,
                 Write::Delete | Write::Put(Record::Completed { .. })
             );
+        if transition.write != Write::Unchanged {
+            self.versions[stored] += 1;
+        }
         self.records[stored] = match transition.write {
-            Write::Unchanged => before,
+            Write::Unchanged => before.clone(),
             Write::Put(record) => Some(record),
             Write::Delete => None,
         };
+        let after = self.records[stored].clone();
+        let answer = StoreAnswer::Reply(transition.reply.clone());
+        self.stored(worker, command, before, answer, after);
         if notify {
             self.notify(stored, worker);
         }
         self.reply(worker, cmd, Answer::Reply(transition.reply));
     }
 
-    /// What the store wrote, for the checks at the end: when each owner's reservation was
-    /// granted and until when it held, and until when a recorded result is replayed.
-    fn wrote(&mut self, worker: usize, command: &CommandSummary, record: &Record) {
-        let store_now = self.store_now();
-        match record {
-            Record::Pending {
-                owner, lease_until, ..
-            } => {
-                if let Some(holder) = self.worker_of(*owner) {
-                    let w = &mut self.workers[holder];
-                    if command.name == "reserve" && holder == worker {
-                        w.granted_at.get_or_insert(store_now);
-                    }
-                    w.lease_end = Some(lease_until.as_millis());
+    /// Writes a store step down.
+    fn stored(
+        &mut self,
+        worker: usize,
+        command: Command,
+        before: Option<Record>,
+        answer: StoreAnswer,
+        after: Option<Record>,
+    ) {
+        self.note(
+            worker,
+            EventKind::Store {
+                command,
+                before,
+                answer,
+                after,
+            },
+        );
+    }
+
+    /// The paths a store step took, counted (the checks are the judge's).
+    fn exercise_step(&mut self, before: Option<&Record>, command: &Command, reply: &Reply) {
+        let store_now = Timestamp::from_millis(self.store_now());
+        let expired = before.is_some_and(|record| record.is_expired(store_now));
+        if let Command::Reserve { owner, .. } = command {
+            match (reply, before) {
+                (Reply::Reserved(_), Some(Record::Pending { owner: holder, .. }))
+                    if expired && holder != owner =>
+                {
+                    self.exercised(Exercised::LeaseTakeover);
                 }
-            }
-            Record::Completed {
-                owner, expires_at, ..
-            } => {
-                if let Some(writer) = self.worker_of(*owner) {
-                    self.workers[writer].recorded_until = Some(expires_at.as_millis());
+                (Reply::Reserved(_), Some(Record::Completed { .. })) if expired => {
+                    self.exercised(Exercised::RetentionExpired);
                 }
+                (Reply::InFlight { .. }, _) => self.exercised(Exercised::InFlight),
+                (Reply::KeyReuse { .. }, _) => self.exercised(Exercised::KeyReuse),
+                _ => {}
             }
+        }
+        match reply {
+            Reply::Completed(Completion::AfterLeaseExpiry) => {
+                self.exercised(Exercised::LateComplete);
+            }
+            Reply::Completed(Completion::Repeated) => {
+                self.exercised(Exercised::RepeatedComplete);
+            }
+            Reply::Refused(_) => self.exercised(Exercised::Refused),
+            _ => {}
         }
     }
 
@@ -1033,19 +1079,17 @@ impl<'p> World<'p> {
         }
     }
 
-    /// End of run: every attempt finished, and every extra effect has a cause.
+    /// End of run: the judge reads the run's history; what it found, and the cause of every
+    /// extra effect, go into the report.
     fn finish(mut self) -> RunReport {
-        for worker in 0..self.workers.len() {
-            let w = &self.workers[worker];
-            if w.crashed_at.is_none() && w.outcome.is_none() {
-                let detail = format!("w{worker} never finished: {:?}", w.attempt);
-                self.violation(Check::EveryAttemptFinishes, detail);
-            }
+        let verdict = idem_check::judge(&self.history);
+        for violation in &verdict.violations {
+            trace!(self, "VIOLATION {violation}");
         }
-        for slot in 0..self.plan.slots.len() {
-            self.classify_effects(slot);
-        }
+        self.report.violations = verdict.violations;
+        self.report.extra = verdict.extra;
         self.report.trace = self.trace.take();
+        self.report.history = self.history;
         self.report
     }
 }
@@ -1054,6 +1098,7 @@ impl<'p> World<'p> {
 mod tests {
     use super::*;
     use crate::plan::Shape;
+    use idem_check::Rule;
 
     /// The liveness check fails when a run does not finish within its budget (here a
     /// budget far too small for any run), and reports every unfinished attempt.
@@ -1067,7 +1112,7 @@ mod tests {
         let stuck = report
             .violations
             .iter()
-            .filter(|v| v.check == Check::EveryAttemptFinishes)
+            .filter(|v| v.rule == Rule::Liveness)
             .count();
         assert!(stuck >= 2, "{:?}", report.violations);
         let finished = World::new(&plan, Variant::Correct, rng, false).run();

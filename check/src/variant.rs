@@ -1,15 +1,20 @@
-//! DELIBERATELY BROKEN store and driver behaviours, for checking the checker.
+//! The one catalogue of DELIBERATELY BROKEN store and driver behaviours, for checking the
+//! checkers.
 //!
 //! Nothing here is how idem works. Each [`Variant`] other than [`Variant::Correct`] is a
-//! bug that real idempotency libraries have shipped (see `NOTES.md`, "What the peers get
-//! wrong"), or one that idem's own driver had or could have; the simulation runs with one
-//! of them so that the tests in `sim/tests/` (and `idem-sim explore --variant X`) can show
-//! that the invariant checks catch it. A checker that never fails checks nothing.
+//! bug that real idempotency libraries have shipped, or one that idem's own driver had or
+//! could have. Every checker of the workspace runs with them (the simulation, loom and
+//! shuttle, the driver's tests and the Redis tests), so that each can show it catches the
+//! bugs it is meant to catch: a checker that never fails checks nothing. A variant has one
+//! name everywhere ([`Variant::name`]); adding one here makes it available to all of them.
 //!
-//! Store variants change the store node: the correct store is `idem_core::record::apply`
-//! itself, and every broken one is a thin wrapper that changes one decision and otherwise
-//! defers to it. Driver variants ([`Variant::is_driver`]) keep the correct store and change
-//! what the simulated service feeds the attempt machine on an abnormal end.
+//! Store variants are rewrites of `idem_core::record::apply`: the correct store is `apply`
+//! itself, and every broken one changes one decision and otherwise defers to it
+//! ([`Variant::apply`], for the stores the simulation and the model checkers keep in
+//! memory). Many of them can also be played in front of a real store, by rewriting the
+//! command or answering it locally ([`Variant::in_front`], for the driver's and the Redis
+//! tests). Driver variants ([`Variant::is_driver`]) keep the correct store and change what
+//! the driver feeds the attempt machine, or sends on its own, at an abnormal end.
 
 use std::str::FromStr;
 
@@ -21,6 +26,18 @@ use idem_core::{
 
 use crate::tally::{Class, UnknownName, parse_name};
 
+/// What a store variant does in front of a real store with one command ([`Variant::in_front`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InFront {
+    /// Send this command to the store and hand its answer back.
+    Forward(Command),
+    /// Answer this, without sending anything.
+    Answer(Reply),
+    /// Send this command to the store, then answer this whatever the store said (an error
+    /// is still handed back).
+    ForwardThenAnswer(Command, Reply),
+}
+
 /// How long [`Variant::CachedFailure`] keeps a failure (a release carries no retention).
 const CACHED_FAILURE_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -31,10 +48,13 @@ pub enum Variant {
     /// `idem_core::record::apply`, unchanged.
     #[default]
     Correct,
-    /// BROKEN: a result cache. Reserve never claims the key (it grants every caller that
-    /// finds no result), complete stores the first result and keeps it, and the service
-    /// answers with whatever result is stored. Charges twice when a retry arrives while
-    /// the first attempt runs.
+    /// BROKEN: a result cache (look the key up, else run and store the result). Reserve
+    /// never claims the key (it grants every caller that finds no result, and writes
+    /// nothing), renewals and releases are acknowledged without effect, complete stores the
+    /// first result and keeps it, and every complete is answered as in time, so nothing
+    /// looks amiss to the caller; a service built on it answers with whatever result is
+    /// stored ([`Variant::answers_from_store`]). Charges twice when a retry arrives while
+    /// the first attempt runs (`I7`).
     ResultCache,
     /// BROKEN: complete without the owner check. A stale holder overwrites the record of
     /// the holder that took over (`I2`, `I3`).
@@ -72,6 +92,19 @@ pub enum Variant {
     /// BROKEN store: a value that is not a record reads as an absent key, so the first
     /// reserve is granted and writes a record over it (rule 11).
     CorruptReadAsAbsent,
+    /// BROKEN: no reservations. Every reserve is granted, as if the key were always free,
+    /// and nothing is written; a completed key is never replayed (`I1`).
+    GrantsEveryReserve,
+    /// BROKEN: renewals are acknowledged but never applied, so the lease is never extended
+    /// and a slow holder's key is taken over while it still believes it holds it (the lease
+    /// view, `I10`).
+    IgnoresRenewals,
+    /// BROKEN: records are filed under the key alone, whatever the operation, so two
+    /// operations that use one key share a record (`I12`).
+    IgnoresOperation,
+    /// BROKEN: a panicked action's complete records a result not stored instead of "outcome
+    /// unknown", so a replay says "result not stored" (rule 11).
+    PanicAsNotStored,
     /// BROKEN driver: an attached call dropped while its action ran is abandoned (the
     /// attempt ends `Abandoned(ActionDropped)` and keeps the key), and the driver then
     /// releases the key itself, as its old drop guard did, although the effect may have
@@ -91,7 +124,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 16] = [
+    pub const ALL: [Variant; 20] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -105,10 +138,19 @@ impl Variant {
         Variant::ReserveForgetsOwner,
         Variant::TruncatedKeys,
         Variant::CorruptReadAsAbsent,
+        Variant::GrantsEveryReserve,
+        Variant::IgnoresRenewals,
+        Variant::IgnoresOperation,
+        Variant::PanicAsNotStored,
         Variant::ReleaseOnAbandon,
         Variant::PanicReleases,
         Variant::CorruptFailsOpen,
     ];
+
+    /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
+    pub fn broken() -> impl Iterator<Item = Variant> {
+        Variant::ALL.into_iter().filter(|v| *v != Variant::Correct)
+    }
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -126,6 +168,10 @@ impl Variant {
             Variant::ReserveForgetsOwner => "reserve-forgets-owner",
             Variant::TruncatedKeys => "truncated-keys",
             Variant::CorruptReadAsAbsent => "corrupt-read-as-absent",
+            Variant::GrantsEveryReserve => "grants-every-reserve",
+            Variant::IgnoresRenewals => "ignores-renewals",
+            Variant::IgnoresOperation => "ignores-operation",
+            Variant::PanicAsNotStored => "panic-as-not-stored",
             Variant::ReleaseOnAbandon => "release-on-abandon",
             Variant::PanicReleases => "panic-releases",
             Variant::CorruptFailsOpen => "corrupt-fails-open",
@@ -170,12 +216,13 @@ impl Variant {
         self == Variant::CallerClockExpiry
     }
 
-    /// The key the store files a record under, for the caller's `key`: the key itself,
-    /// byte for byte, except in [`Variant::TruncatedKeys`].
-    pub fn stored_key(self, key: &str) -> &str {
+    /// What the store files the record of `(operation, key)` under: the two byte for byte,
+    /// except in [`Variant::TruncatedKeys`] and [`Variant::IgnoresOperation`] (`I12`).
+    pub fn files_as<'a>(self, operation: &'a str, key: &'a str) -> (&'a str, &'a str) {
         match self {
-            Variant::TruncatedKeys => key.get(..TRUNCATED_KEY_LEN).unwrap_or(key),
-            _ => key,
+            Variant::TruncatedKeys => (operation, key.get(..TRUNCATED_KEY_LEN).unwrap_or(key)),
+            Variant::IgnoresOperation => ("", key),
+            _ => (operation, key),
         }
     }
 
@@ -314,8 +361,161 @@ impl Variant {
                     _ => record::apply(stored, command, now),
                 }
             }
+            (Variant::GrantsEveryReserve, Command::Reserve { owner, .. }) => Transition {
+                reply: Reply::Reserved(Reservation {
+                    owner,
+                    lease_until: None,
+                }),
+                write: Write::Unchanged,
+            },
+            (Variant::IgnoresRenewals, Command::Renew { owner, lease }) => Transition {
+                reply: Reply::Renewed(Reservation {
+                    owner,
+                    lease_until: Some(now.saturating_add(lease)),
+                }),
+                write: Write::Unchanged,
+            },
+            (Variant::PanicAsNotStored, command @ Command::Complete { .. }) => {
+                record::apply(stored, not_stored_for_a_panic(command), now)
+            }
             (_, command) => record::apply(stored, command, now),
         }
+    }
+
+    /// This variant played in front of a real store, for one command: `live` is the record
+    /// the key holds now, as the store answers a read. `None` when the variant cannot be
+    /// played so (its bug is inside the store's own step), or is a driver's.
+    ///
+    /// The owner-check variants are played by sending the command in the name of the
+    /// record's holder, which a store that checks owners then carries out; the result cache
+    /// and the variants that acknowledge without applying answer locally.
+    pub fn in_front(self, live: Option<&Record>, command: Command) -> Option<InFront> {
+        let holder = live.map(Record::owner);
+        let other_holder = |owner: OwnerToken| holder.filter(|h| *h != owner);
+        Some(match (self, command) {
+            (Variant::Correct, command) => InFront::Forward(command),
+            (Variant::ResultCache, command @ Command::Reserve { .. }) => match (live, &command) {
+                (Some(Record::Completed { .. }), _) => InFront::Forward(command),
+                (_, Command::Reserve { owner, .. }) => {
+                    InFront::Answer(Reply::Reserved(Reservation {
+                        owner: *owner,
+                        lease_until: None,
+                    }))
+                }
+                _ => InFront::Forward(command),
+            },
+            (Variant::ResultCache, command @ Command::Complete { .. }) => {
+                InFront::ForwardThenAnswer(command, Reply::Completed(Completion::InTime))
+            }
+            (Variant::ResultCache | Variant::IgnoresRenewals, Command::Renew { owner, .. }) => {
+                InFront::Answer(Reply::Renewed(Reservation {
+                    owner,
+                    lease_until: None,
+                }))
+            }
+            (Variant::ResultCache, Command::Release { .. }) => InFront::Answer(Reply::Released),
+            (Variant::GrantsEveryReserve, Command::Reserve { owner, .. }) => {
+                InFront::Answer(Reply::Reserved(Reservation {
+                    owner,
+                    lease_until: None,
+                }))
+            }
+            (
+                Variant::CompleteWithoutOwnerCheck,
+                Command::Complete {
+                    owner,
+                    fingerprint,
+                    result,
+                    retention,
+                },
+            ) => InFront::Forward(Command::Complete {
+                owner: other_holder(owner).unwrap_or(owner),
+                fingerprint,
+                result,
+                retention,
+            }),
+            (Variant::ReleaseWithoutOwnerCheck, Command::Release { owner }) => {
+                InFront::Forward(Command::Release {
+                    owner: other_holder(owner).unwrap_or(owner),
+                })
+            }
+            (Variant::RenewWithoutOwnerCheck, Command::Renew { owner, lease }) => {
+                InFront::Forward(Command::Renew {
+                    owner: other_holder(owner).unwrap_or(owner),
+                    lease,
+                })
+            }
+            (
+                Variant::KeyOnlyLookup,
+                Command::Reserve {
+                    owner,
+                    fingerprint,
+                    lease,
+                },
+            ) => InFront::Forward(Command::Reserve {
+                owner,
+                fingerprint: live.map_or(fingerprint, Record::fingerprint),
+                lease,
+            }),
+            (Variant::PanicAsNotStored, command) => {
+                InFront::Forward(not_stored_for_a_panic(command))
+            }
+            (
+                Variant::ResultCache
+                | Variant::GrantsEveryReserve
+                | Variant::IgnoresRenewals
+                | Variant::CompleteWithoutOwnerCheck
+                | Variant::ReleaseWithoutOwnerCheck
+                | Variant::RenewWithoutOwnerCheck
+                | Variant::KeyOnlyLookup,
+                command,
+            ) => InFront::Forward(command),
+            (
+                Variant::CallerClockExpiry
+                | Variant::CachedFailure
+                | Variant::LateCompleteInTime
+                | Variant::PendingWithoutLease
+                | Variant::ReserveForgetsOwner
+                | Variant::TruncatedKeys
+                | Variant::CorruptReadAsAbsent
+                | Variant::IgnoresOperation
+                | Variant::ReleaseOnAbandon
+                | Variant::PanicReleases
+                | Variant::CorruptFailsOpen,
+                _,
+            ) => return None,
+        })
+    }
+
+    /// Whether [`Variant::in_front`] needs the key's live record (the store is read first).
+    pub fn reads_in_front(self, command: &Command) -> bool {
+        matches!(
+            (self, command),
+            (
+                Variant::ResultCache | Variant::KeyOnlyLookup,
+                Command::Reserve { .. }
+            ) | (Variant::CompleteWithoutOwnerCheck, Command::Complete { .. })
+                | (Variant::ReleaseWithoutOwnerCheck, Command::Release { .. })
+                | (Variant::RenewWithoutOwnerCheck, Command::Renew { .. })
+        )
+    }
+}
+
+/// A complete of a panicked action rewritten to record "result not stored".
+fn not_stored_for_a_panic(command: Command) -> Command {
+    match command {
+        Command::Complete {
+            owner,
+            fingerprint,
+            result: StoredResult::Panicked,
+            retention,
+        } => Command::Complete {
+            owner,
+            fingerprint,
+            result: StoredResult::NotStored,
+            retention,
+        },
+        other => other,
     }
 }
 
@@ -381,8 +581,8 @@ fn result_cache(
             result,
             retention,
         } => match live {
-            // First writer wins; the loser's result is dropped.
-            Some(Record::Completed { .. }) => unchanged(Reply::Completed(Completion::Repeated)),
+            // First writer wins; the loser's result is dropped, and it is told all is well.
+            Some(Record::Completed { .. }) => unchanged(Reply::Completed(Completion::InTime)),
             _ => record_result(owner, fingerprint, result, retention, now),
         },
         Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {

@@ -1,9 +1,9 @@
-//! Running a scenario under a model checker: every loom schedule up to a preemption bound,
-//! or many shuttle schedules, each one judged by [`check_run`](crate::check_run).
+//! Model checking a scenario: every loom schedule up to a preemption bound, or many shuttle
+//! schedules, each run judged by `idem_check`'s judge.
 //!
-//! A violation stops the exploration with a panic whose message is the counterexample (the
-//! broken rules and the readable history); the runners here catch it and hand it back, so a
-//! test can assert that a broken variant IS caught, and which rule caught it.
+//! A violation stops the model checker with a panic whose message is the counterexample
+//! (the broken rules and the readable history); the runners here catch it and hand it back,
+//! so a test can assert that a broken variant IS caught, and which rule caught it.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,18 +12,18 @@ use std::sync::{Arc, Mutex};
 use shuttle::scheduler::{PctScheduler, RandomScheduler, ReplayScheduler, Scheduler};
 use shuttle::{Config, FailurePersistence, Runner};
 
-use crate::check::Counterexample;
+use idem_check::{Counterexample, History};
+
 use crate::coverage::Coverage;
-use crate::history::History;
 use crate::platform::{Loom, Platform, Shuttle};
 use crate::scenario::Scenario;
 
 /// A further check of one scenario's runs, beyond the invariants: `Err` explains the miss.
 pub type Expectation = fn(&History) -> Result<(), String>;
 
-/// What an exploration saw.
+/// What a model check saw.
 #[derive(Debug, Default)]
-pub struct Exploration {
+pub struct ModelCheck {
     /// How many schedules ran (the failing one included).
     pub schedules: usize,
     /// The first counterexample, if a run broke a rule.
@@ -35,7 +35,7 @@ pub struct Exploration {
     pub failure: Option<String>,
 }
 
-impl Exploration {
+impl ModelCheck {
     /// Whether every schedule passed.
     pub fn passed(&self) -> bool {
         self.counterexample.is_none() && self.failure.is_none()
@@ -74,7 +74,7 @@ impl Tally {
         }
     }
 
-    fn finish(self: Arc<Self>, outcome: std::thread::Result<()>) -> Exploration {
+    fn finish(self: Arc<Self>, outcome: std::thread::Result<()>) -> ModelCheck {
         let counterexample = self
             .counterexample
             .lock()
@@ -85,7 +85,7 @@ impl Tally {
             Err(_) if counterexample.is_some() => None,
             Err(panic) => Some(panic_message(panic.as_ref())),
         };
-        Exploration {
+        ModelCheck {
             schedules: self.schedules.load(Ordering::Relaxed),
             coverage: self.coverage.lock().map(|c| *c).unwrap_or_default(),
             counterexample,
@@ -105,12 +105,12 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Explores every loom schedule of `scenario` with at most `preemption_bound` preemptions.
-pub fn loom_explore(
+/// Runs every loom schedule of `scenario` with at most `preemption_bound` preemptions.
+pub fn loom_check(
     scenario: &Scenario,
     preemption_bound: usize,
     expect: Option<Expectation>,
-) -> Exploration {
+) -> ModelCheck {
     let tally = Arc::new(Tally::default());
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(preemption_bound);
@@ -123,7 +123,7 @@ pub fn loom_explore(
     tally.finish(outcome)
 }
 
-/// Which shuttle scheduler explores, with its seed (same seed, same schedules).
+/// Which shuttle scheduler picks the schedules, with its seed (same seed, same schedules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShuttleSchedules {
     /// Uniformly random scheduling decisions.
@@ -145,16 +145,16 @@ pub enum ShuttleSchedules {
     },
 }
 
-/// Explores shuttle schedules; `make` builds each run's scenario, drawing its choices
+/// Runs shuttle schedules; `make` builds each run's scenario, drawing its choices
 /// (faults, crashes, skews) from shuttle's own random source so that a schedule replays
 /// them exactly. `persist` says where a failing schedule is written for
 /// [`shuttle_replay`]: `FailurePersistence::Print` prints it.
-pub fn shuttle_explore(
+pub fn shuttle_check(
     make: impl Fn() -> Scenario + Send + Sync + 'static,
     schedules: ShuttleSchedules,
     persist: FailurePersistence,
     expect: Option<Expectation>,
-) -> Exploration {
+) -> ModelCheck {
     match schedules {
         ShuttleSchedules::Random { seed, iterations } => shuttle_run(
             make,
@@ -179,7 +179,7 @@ pub fn shuttle_explore(
 pub fn shuttle_replay(
     make: impl Fn() -> Scenario + Send + Sync + 'static,
     schedule: &str,
-) -> Exploration {
+) -> ModelCheck {
     shuttle_run(
         make,
         ReplayScheduler::new_from_encoded(schedule),
@@ -193,7 +193,7 @@ fn shuttle_run<S: Scheduler + 'static>(
     scheduler: S,
     persist: FailurePersistence,
     expect: Option<Expectation>,
-) -> Exploration {
+) -> ModelCheck {
     let tally = Arc::new(Tally::default());
     let mut config = Config::new();
     config.failure_persistence = persist;

@@ -1,0 +1,167 @@
+//! The card statement: the downstream provider's own record of every effect, one line per
+//! charge, whatever the callers were told. It does not deduplicate: that is idem's job, and
+//! the statement is how a test sees whether idem did it.
+//!
+//! A charge's id is `ch_N`, `N` counting every charge on the statement from one; an action
+//! that succeeds returns that id as its value, so a recorded or replayed body names the
+//! charge it came from.
+
+use std::fmt;
+
+/// One line of the statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge<K> {
+    /// The key the charge was made under.
+    pub key: K,
+    /// The charge id, `ch_N`.
+    pub id: String,
+    /// The attempt that made it (an index into a [`History`](crate::History)'s attempts),
+    /// when the statement is part of one.
+    pub by: Option<usize>,
+    /// When it was made, on the clock of whoever keeps the statement (a history's: the
+    /// store's).
+    pub at: u64,
+}
+
+/// The provider's statement: every charge, in order. `K` is how the keeper names a key: an
+/// index into a history's keys, or the key itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Statement<K> {
+    lines: Vec<Charge<K>>,
+}
+
+impl<K> Default for Statement<K> {
+    fn default() -> Self {
+        Self { lines: Vec::new() }
+    }
+}
+
+impl<K: PartialEq + fmt::Debug> Statement<K> {
+    /// Charges the card under `key` at `at` (by attempt `by`, if known); returns the new line.
+    pub fn charge(&mut self, key: K, by: Option<usize>, at: u64) -> &Charge<K> {
+        let id = format!("ch_{}", self.lines.len() + 1);
+        self.lines.push(Charge { key, id, by, at });
+        let last = self.lines.len() - 1;
+        &self.lines[last]
+    }
+
+    /// Every line, in order.
+    pub fn lines(&self) -> &[Charge<K>] {
+        &self.lines
+    }
+
+    /// How many charges in all.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether nothing was charged.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Every charge id, in order.
+    pub fn ids(&self) -> Vec<&str> {
+        self.lines.iter().map(|line| line.id.as_str()).collect()
+    }
+
+    /// The charges under `key`, in order.
+    pub fn of<'a>(&'a self, key: &'a K) -> impl Iterator<Item = &'a Charge<K>> + 'a {
+        self.lines.iter().filter(move |line| line.key == *key)
+    }
+
+    /// How many times `key` was charged.
+    pub fn count(&self, key: &K) -> usize {
+        self.of(key).count()
+    }
+
+    /// The line whose id is `id`, if any.
+    pub fn find(&self, id: &[u8]) -> Option<(usize, &Charge<K>)> {
+        self.lines
+            .iter()
+            .enumerate()
+            .find(|(_, line)| line.id.as_bytes() == id)
+    }
+
+    /// Charges beyond the first of each key.
+    pub fn extra(&self) -> usize {
+        self.lines
+            .iter()
+            .enumerate()
+            .filter(|(i, line)| {
+                self.lines[..*i]
+                    .iter()
+                    .any(|earlier| earlier.key == line.key)
+            })
+            .count()
+    }
+
+    /// `I7` seen from the provider alone: `key` was charged exactly once. The statement
+    /// knows no causes; where an extra effect may have one (MODEL.md, "Non-guarantees"),
+    /// the judge of a whole [`History`](crate::History) decides.
+    pub fn one_effect(&self, key: &K) -> Result<(), String> {
+        match self.count(key) {
+            1 => Ok(()),
+            n => Err(format!(
+                "{key:?} was charged {n} times, expected once: {:?}",
+                self.of(key)
+                    .map(|line| line.id.as_str())
+                    .collect::<Vec<_>>()
+            )),
+        }
+    }
+
+    /// [`Statement::one_effect`] for every key of `keys`, all failures told at once.
+    pub fn one_effect_per_key<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a K>,
+    ) -> Result<(), String>
+    where
+        K: 'a,
+    {
+        let failures: Vec<String> = keys
+            .into_iter()
+            .filter_map(|key| self.one_effect(key).err())
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+
+    /// The keys charged, each once, in the order of their first charge.
+    pub fn keys(&self) -> Vec<&K> {
+        let mut keys: Vec<&K> = Vec::new();
+        for line in &self.lines {
+            if !keys.contains(&&line.key) {
+                keys.push(&line.key);
+            }
+        }
+        keys
+    }
+
+    /// Something was charged, and every key charged was charged exactly once.
+    pub fn one_effect_each(&self) -> Result<(), String> {
+        if self.lines.is_empty() {
+            return Err("nothing was charged".into());
+        }
+        self.one_effect_per_key(self.keys())
+    }
+
+    /// Pairs of consecutive charges of one key made less than `gap` apart (on the keeper's
+    /// clock): the key was charged again before a lease of `gap` could have ended.
+    pub fn charged_again_within(&self, gap: u64) -> Vec<(&K, u64)> {
+        let mut found = Vec::new();
+        for (i, line) in self.lines.iter().enumerate() {
+            let previous = self.lines[..i].iter().rev().find(|e| e.key == line.key);
+            if let Some(previous) = previous {
+                let apart = line.at.saturating_sub(previous.at);
+                if apart < gap {
+                    found.push((&line.key, apart));
+                }
+            }
+        }
+        found
+    }
+}

@@ -1,0 +1,1085 @@
+//! The judge itself, on histories written by hand: each rule it checks is broken once, in
+//! the smallest history that breaks it, and the judge must name that rule; the histories
+//! that keep the rules pass. This shows every check can fail, including the ones a broken
+//! variant reaches rarely or never, and each rule for abnormal ends (panics, keys that hold
+//! no record, dropped actions, abandoned attempts).
+
+use std::time::Duration;
+
+use idem_check::{
+    ActionEnd, Answer, AttemptSpec, Cause, EventKind, History, KeySpec, Received, Rule, judge,
+};
+use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
+use idem_core::{
+    Abandonment, Body, Execution, Fingerprint, Outcome, OwnerToken, Protection, Recording,
+    Timestamp,
+};
+
+const A: usize = 0;
+const B: usize = 1;
+/// A third attempt, of another request (another fingerprint) under the same key.
+const C: usize = 2;
+/// Two more attempts of A's request.
+const D: usize = 3;
+const E: usize = 4;
+
+fn fp(request: u8) -> Fingerprint {
+    Fingerprint::of_bytes(&[request])
+}
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
+
+fn owner(who: usize) -> OwnerToken {
+    OwnerToken::from_u128(who as u128 + 1)
+}
+
+fn fp_of(who: usize) -> Fingerprint {
+    fp(u8::from(who == C))
+}
+
+fn pending(who: usize, until: u64) -> Option<Record> {
+    Some(Record::Pending {
+        owner: owner(who),
+        fingerprint: fp_of(who),
+        lease_until: t(until),
+    })
+}
+
+fn value(id: &str) -> StoredResult {
+    StoredResult::Value(Body::new(id))
+}
+
+fn completed_with(who: usize, result: StoredResult, until: u64) -> Option<Record> {
+    Some(Record::Completed {
+        owner: owner(who),
+        fingerprint: fp_of(who),
+        result,
+        expires_at: t(until),
+    })
+}
+
+fn completed(who: usize, id: &str) -> Option<Record> {
+    completed_with(who, value(id), 60_000)
+}
+
+fn reserve(who: usize) -> Command {
+    Command::Reserve {
+        owner: owner(who),
+        fingerprint: fp_of(who),
+        lease: Duration::from_secs(1),
+    }
+}
+
+fn complete_with(who: usize, result: StoredResult) -> Command {
+    Command::Complete {
+        owner: owner(who),
+        fingerprint: fp_of(who),
+        result,
+        retention: Duration::from_secs(60),
+    }
+}
+
+fn complete(who: usize, id: &str) -> Command {
+    complete_with(who, value(id))
+}
+
+fn release(who: usize) -> Command {
+    Command::Release { owner: owner(who) }
+}
+
+fn renew(who: usize, ms: u64) -> Command {
+    Command::Renew {
+        owner: owner(who),
+        lease: Duration::from_millis(ms),
+    }
+}
+
+fn granted(who: usize, until: u64) -> Reply {
+    Reply::Reserved(Reservation {
+        owner: owner(who),
+        lease_until: Some(t(until)),
+    })
+}
+
+fn execution(lease_lost: bool) -> Execution {
+    Execution {
+        protection: Protection::Reserved,
+        record: Recording::Stored,
+        lease_lost,
+    }
+}
+
+fn executed(lease_lost: bool) -> Outcome {
+    Outcome::Executed(execution(lease_lost))
+}
+
+fn failed_open() -> Outcome {
+    Outcome::Executed(Execution {
+        protection: Protection::FailedOpen,
+        record: Recording::Unknown,
+        lease_lost: false,
+    })
+}
+
+/// A history written event by event: key 0 (or the last of [`Story::with_keys`]),
+/// attempts A, B, D and E of one request and C of another.
+struct Story(History);
+
+impl Story {
+    fn new() -> Self {
+        Self::with_keys(&[false])
+    }
+
+    /// Keys `0..corrupt.len()`, key `k` holding a value that is not a record when
+    /// `corrupt[k]`; the attempts are on the last key.
+    fn with_keys(corrupt: &[bool]) -> Self {
+        let mut history = History::default();
+        for (k, corrupt) in corrupt.iter().enumerate() {
+            history.add_key(KeySpec {
+                operation: "payment.charge".into(),
+                key: format!("order-{k}"),
+                filed: None,
+                corrupt: *corrupt,
+            });
+        }
+        for (who, label) in ["A", "B", "C", "D", "E"].into_iter().enumerate() {
+            history.add_attempt(AttemptSpec {
+                label: label.into(),
+                key: corrupt.len() - 1,
+                fingerprint: fp_of(who),
+                owner: owner(who),
+            });
+        }
+        Story(history)
+    }
+
+    fn event(mut self, at: u64, who: usize, kind: EventKind) -> Self {
+        self.0.push(at, who, kind);
+        self
+    }
+
+    /// `who` sends `command`, the store applies it, and `who` receives the reply.
+    fn store(
+        self,
+        at: u64,
+        who: usize,
+        command: Command,
+        before: Option<Record>,
+        reply: Reply,
+        after: Option<Record>,
+    ) -> Self {
+        self.event(at, who, EventKind::Sent(command.kind()))
+            .event(
+                at,
+                who,
+                EventKind::Store {
+                    command,
+                    before,
+                    answer: Answer::Reply(reply.clone()),
+                    after,
+                },
+            )
+            .event(at, who, EventKind::Received(Received::Reply(reply)))
+    }
+
+    /// The key holds a value that is not a record: the store says so, and `who` is told.
+    fn corrupt(self, at: u64, who: usize, command: Command) -> Self {
+        self.event(at, who, EventKind::Sent(command.kind()))
+            .event(
+                at,
+                who,
+                EventKind::Store {
+                    command,
+                    before: None,
+                    answer: Answer::Corrupt,
+                    after: None,
+                },
+            )
+            .event(at, who, EventKind::Received(Received::Corrupt))
+    }
+
+    /// `who` runs its action, under its reservation.
+    fn run(self, at: u64, who: usize) -> Self {
+        self.event(at, who, EventKind::Run { unprotected: false })
+    }
+
+    /// `who`'s action charges the card: `ch_N`, N counting every charge from one.
+    fn charge(mut self, at: u64, who: usize) -> Self {
+        self.0.charge(at, who);
+        self
+    }
+
+    fn ended(self, at: u64, who: usize, end: ActionEnd) -> Self {
+        self.event(at, who, EventKind::ActionEnded(end))
+    }
+
+    fn finish(self, at: u64, who: usize, outcome: Outcome) -> Self {
+        self.event(at, who, EventKind::Finished(outcome))
+    }
+
+    /// `who` is granted the key at `at` over `before`.
+    fn granted(self, at: u64, who: usize, before: Option<Record>) -> Self {
+        self.store(
+            at,
+            who,
+            reserve(who),
+            before,
+            granted(who, at + 1_000),
+            pending(who, at + 1_000),
+        )
+    }
+
+    /// `who` is granted the key at `at` over `before`, charges `id` (its number on the
+    /// statement) and completes in time.
+    fn executes(self, at: u64, who: usize, before: Option<Record>, id: &str) -> Self {
+        self.granted(at, who, before)
+            .run(at + 5, who)
+            .charge(at + 10, who)
+            .ended(at + 15, who, ActionEnd::Succeeded)
+            .store(
+                at + 20,
+                who,
+                complete(who, id),
+                pending(who, at + 1_000),
+                Reply::Completed(Completion::InTime),
+                completed_with(who, value(id), at + 60_000),
+            )
+            .finish(at + 20, who, executed(false))
+    }
+
+    /// A holds the key, charges `ch_1` and completes in time.
+    fn a_executes() -> Self {
+        Story::new().executes(0, A, None, "ch_1")
+    }
+
+    /// `who` reserves over `before` and is replayed `result` from it.
+    fn replayed(self, at: u64, who: usize, before: Option<Record>, result: StoredResult) -> Self {
+        self.store(
+            at,
+            who,
+            reserve(who),
+            before.clone(),
+            Reply::Replay {
+                result: result.clone(),
+            },
+            before,
+        )
+        .finish(at, who, Outcome::Replayed { result })
+    }
+
+    /// A reserves, charges `ch_1`, panics, and completes the key "outcome unknown".
+    fn a_panics() -> Self {
+        Story::new()
+            .granted(0, A, None)
+            .run(5, A)
+            .charge(10, A)
+            .ended(10, A, ActionEnd::Panicked)
+            .store(
+                20,
+                A,
+                complete_with(A, StoredResult::Panicked),
+                pending(A, 1_000),
+                Reply::Completed(Completion::InTime),
+                completed_with(A, StoredResult::Panicked, 60_000),
+            )
+            .finish(20, A, Outcome::Panicked(execution(false)))
+    }
+
+    /// A reserves, charges `ch_1`, and its caller goes away: the driver abandons the
+    /// attempt, whose settlement leaves the key to its lease (until t+1000).
+    fn a_is_dropped_mid_action() -> Self {
+        Story::new()
+            .granted(0, A, None)
+            .run(5, A)
+            .charge(10, A)
+            .event(20, A, EventKind::Abandoned)
+            .event(
+                20,
+                A,
+                EventKind::Settled(Outcome::Abandoned(Abandonment::ActionDropped)),
+            )
+    }
+
+    fn passes(self) {
+        let verdict = judge(&self.0);
+        assert!(
+            verdict.violations.is_empty(),
+            "{:?}\n{}",
+            verdict.violations,
+            self.0
+        );
+    }
+
+    fn breaks(self, rule: Rule) {
+        let verdict = judge(&self.0);
+        assert!(
+            verdict.breaks(rule),
+            "expected {rule}, got {:?}\n{}",
+            verdict.violations,
+            self.0
+        );
+    }
+}
+
+#[test]
+fn a_history_that_keeps_every_rule_passes() {
+    Story::a_executes()
+        .replayed(30, B, completed(A, "ch_1"), value("ch_1"))
+        .passes();
+}
+
+#[test]
+fn i1_a_grant_over_a_live_holder() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            500,
+            B,
+            reserve(B),
+            pending(A, 1_000),
+            granted(B, 1_500),
+            pending(B, 1_500),
+        )
+        .breaks(Rule::I1);
+}
+
+#[test]
+fn i1_a_reservation_written_over_a_live_one_without_a_grant() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            500,
+            B,
+            reserve(B),
+            pending(A, 1_000),
+            Reply::InFlight {
+                lease_until: t(1_000),
+            },
+            pending(B, 1_500),
+        )
+        .breaks(Rule::I1);
+}
+
+#[test]
+fn i2_a_release_by_another_owner() {
+    Story::new()
+        .granted(0, A, None)
+        .store(500, B, release(B), pending(A, 1_000), Reply::Released, None)
+        .breaks(Rule::I2);
+}
+
+#[test]
+fn i2_another_owner_told_its_renewal_succeeded() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            500,
+            B,
+            renew(B, 1_000),
+            pending(A, 1_000),
+            Reply::Renewed(Reservation {
+                owner: owner(B),
+                lease_until: Some(t(1_500)),
+            }),
+            pending(A, 1_000),
+        )
+        .breaks(Rule::I2);
+}
+
+#[test]
+fn i3_a_completed_record_overwritten() {
+    Story::a_executes()
+        .store(
+            40,
+            A,
+            complete(A, "ch_1"),
+            completed(A, "ch_1"),
+            Reply::Completed(Completion::Repeated),
+            completed_with(A, value("ch_1"), 70_000),
+        )
+        .breaks(Rule::I3);
+}
+
+#[test]
+fn i4_a_replay_to_another_request() {
+    Story::a_executes()
+        .store(
+            30,
+            C,
+            reserve(C),
+            completed(A, "ch_1"),
+            Reply::Replay {
+                result: value("ch_1"),
+            },
+            completed(A, "ch_1"),
+        )
+        .breaks(Rule::I4);
+}
+
+#[test]
+fn i4_another_request_told_in_flight() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            30,
+            C,
+            reserve(C),
+            pending(A, 1_000),
+            Reply::InFlight {
+                lease_until: t(1_000),
+            },
+            pending(A, 1_000),
+        )
+        .breaks(Rule::I4);
+}
+
+#[test]
+fn i4_a_key_reuse_that_no_other_request_caused() {
+    Story::new()
+        .finish(
+            0,
+            B,
+            Outcome::KeyReuse {
+                stored: fp(7),
+                given: fp(0),
+            },
+        )
+        .breaks(Rule::I4);
+}
+
+#[test]
+fn i4_and_i8_a_replayed_charge_of_another_request() {
+    let story = Story::new().executes(0, C, None, "ch_1").replayed(
+        30,
+        A,
+        completed(C, "ch_1"),
+        value("ch_1"),
+    );
+    let verdict = judge(&story.0);
+    assert!(verdict.breaks(Rule::I4), "{:?}", verdict.violations);
+    assert!(verdict.breaks(Rule::I8), "{:?}", verdict.violations);
+}
+
+#[test]
+fn i5_a_failure_recorded() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .ended(10, A, ActionEnd::Failed)
+        .store(
+            20,
+            A,
+            complete(A, "declined"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "declined"),
+        )
+        .breaks(Rule::I5);
+}
+
+#[test]
+fn i5_a_release_that_records_the_failure() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .ended(10, A, ActionEnd::Failed)
+        .store(
+            20,
+            A,
+            release(A),
+            pending(A, 1_000),
+            Reply::Released,
+            completed(A, "error"),
+        )
+        .breaks(Rule::I5);
+}
+
+#[test]
+fn i5_a_complete_that_carries_another_value_than_its_charge() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Succeeded)
+        .event(20, A, EventKind::Sent(complete(A, "ch_9").kind()))
+        .event(
+            20,
+            A,
+            EventKind::Store {
+                command: complete(A, "ch_9"),
+                before: None,
+                answer: Answer::NotApplied,
+                after: None,
+            },
+        )
+        .breaks(Rule::I5);
+}
+
+#[test]
+fn i6_a_dead_holders_expired_lease_still_blocks() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .event(10, A, EventKind::Crashed)
+        .store(
+            1_500,
+            B,
+            reserve(B),
+            pending(A, 1_000),
+            Reply::InFlight {
+                lease_until: t(1_000),
+            },
+            pending(A, 1_000),
+        )
+        .breaks(Rule::I6);
+}
+
+#[test]
+fn i6_a_reservation_that_outlives_every_lease_its_holder_asked_for() {
+    // A marker without a lease: live by its own end, but A asked for one second only.
+    Story::new()
+        .store(
+            0,
+            A,
+            reserve(A),
+            None,
+            granted(A, u64::MAX),
+            pending(A, u64::MAX),
+        )
+        .run(5, A)
+        .charge(10, A)
+        .event(10, A, EventKind::Crashed)
+        .store(
+            1_500,
+            B,
+            reserve(B),
+            pending(A, u64::MAX),
+            Reply::InFlight {
+                lease_until: t(u64::MAX),
+            },
+            pending(A, u64::MAX),
+        )
+        .breaks(Rule::I6);
+}
+
+#[test]
+fn i7_two_charges_nobody_explains() {
+    Story::a_executes()
+        .granted(30, B, None)
+        .run(35, B)
+        .charge(40, B)
+        .finish(50, B, executed(false))
+        .breaks(Rule::I7);
+}
+
+#[test]
+fn i7_a_second_charge_explained_by_a_lost_lease_passes() {
+    let story = Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(1_290, A, ActionEnd::Succeeded)
+        .executes(1_200, B, pending(A, 1_000), "ch_2")
+        .store(
+            1_300,
+            A,
+            complete(A, "ch_1"),
+            completed(B, "ch_2"),
+            Reply::Refused(Refusal::NotOwner),
+            completed(B, "ch_2"),
+        )
+        .finish(1_300, A, executed(true));
+    let verdict = judge(&story.0);
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(verdict.extra.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.extra.total(), 1);
+}
+
+#[test]
+fn i7_a_second_charge_after_the_retention_passes_in_a_new_life_of_the_record() {
+    let expired = completed(A, "ch_1");
+    let story = Story::a_executes()
+        .replayed(30, B, completed(A, "ch_1"), value("ch_1"))
+        .executes(70_000, D, expired, "ch_2")
+        .replayed(
+            70_100,
+            E,
+            completed_with(D, value("ch_2"), 130_000),
+            value("ch_2"),
+        );
+    let verdict = judge(&story.0);
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(verdict.extra.get(Cause::RetentionExpired), 1);
+}
+
+#[test]
+fn i7_report_a_lapse_hidden_behind_a_repeated_complete() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Succeeded)
+        .store(
+            1_200,
+            A,
+            complete(A, "ch_1"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::AfterLeaseExpiry),
+            completed(A, "ch_1"),
+        )
+        .store(
+            1_300,
+            A,
+            complete(A, "ch_1"),
+            completed(A, "ch_1"),
+            Reply::Completed(Completion::Repeated),
+            completed(A, "ch_1"),
+        )
+        .finish(1_300, A, executed(false))
+        .breaks(Rule::I7ReportedHonestly);
+}
+
+#[test]
+fn i7_report_a_late_complete_answered_as_in_time() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Succeeded)
+        .store(
+            1_200,
+            A,
+            complete(A, "ch_1"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "ch_1"),
+        )
+        .finish(1_200, A, executed(false))
+        .breaks(Rule::I7ReportedHonestly);
+}
+
+#[test]
+fn i8_identical_requests_answered_differently() {
+    Story::a_executes()
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: value("ch_1x"),
+            },
+        )
+        .breaks(Rule::I8);
+}
+
+#[test]
+fn i8_a_replay_without_a_body_that_no_execution_explains() {
+    Story::a_executes()
+        .replayed(30, B, completed(A, "ch_1"), StoredResult::NotStored)
+        .breaks(Rule::I8);
+}
+
+#[test]
+fn i9_an_expired_completed_record_still_replayed() {
+    Story::a_executes()
+        .store(
+            70_000,
+            B,
+            reserve(B),
+            completed(A, "ch_1"),
+            Reply::Replay {
+                result: value("ch_1"),
+            },
+            completed(A, "ch_1"),
+        )
+        .breaks(Rule::I9);
+}
+
+#[test]
+fn i10_a_renewal_shrinks_the_lease() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            100,
+            A,
+            renew(A, 500),
+            pending(A, 1_000),
+            Reply::Renewed(Reservation {
+                owner: owner(A),
+                lease_until: Some(t(600)),
+            }),
+            pending(A, 600),
+        )
+        .breaks(Rule::I10);
+}
+
+#[test]
+fn i10_a_renewal_answered_short_of_the_lease() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            100,
+            A,
+            renew(A, 500),
+            pending(A, 1_000),
+            Reply::Renewed(Reservation {
+                owner: owner(A),
+                lease_until: Some(t(600)),
+            }),
+            pending(A, 1_000),
+        )
+        .breaks(Rule::I10);
+}
+
+#[test]
+fn i11_a_repeated_reserve_moves_the_lease() {
+    Story::new()
+        .granted(0, A, None)
+        .store(
+            100,
+            A,
+            reserve(A),
+            pending(A, 1_000),
+            granted(A, 1_100),
+            pending(A, 1_100),
+        )
+        .breaks(Rule::I11);
+}
+
+#[test]
+fn i12_a_key_filed_under_another_name() {
+    let mut story = Story::new();
+    story.0.keys[0].filed = Some(("payment.charge".into(), "order".into()));
+    story.granted(0, A, None).breaks(Rule::I12);
+}
+
+#[test]
+fn liveness_a_caller_that_never_finishes() {
+    Story::new()
+        .event(0, A, EventKind::Stuck("no outcome".into()))
+        .breaks(Rule::Liveness);
+}
+
+#[test]
+fn lease_view_held_after_the_store_let_it_run_out() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .event(1_200, A, EventKind::LeaseView { until: 1_300 })
+        .breaks(Rule::LeaseView);
+}
+
+#[test]
+fn lease_view_held_longer_than_the_store_holds_it() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .event(500, A, EventKind::LeaseView { until: 1_500 })
+        .breaks(Rule::LeaseView);
+}
+
+#[test]
+fn a_lease_view_within_the_stores_lease_passes() {
+    Story::a_executes()
+        .event(10, A, EventKind::LeaseView { until: 1_000 })
+        .passes();
+}
+
+#[test]
+fn a_panic_completed_and_replayed_as_outcome_unknown_passes() {
+    Story::a_panics()
+        .replayed(
+            30,
+            B,
+            completed_with(A, StoredResult::Panicked, 60_000),
+            StoredResult::Panicked,
+        )
+        .passes();
+}
+
+#[test]
+fn panic_a_panicked_actions_key_released_by_its_owner() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Panicked)
+        .store(20, A, release(A), pending(A, 1_000), Reply::Released, None)
+        .finish(20, A, Outcome::ActionFailed { released: true })
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn panic_recorded_as_a_value() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Panicked)
+        .store(
+            20,
+            A,
+            complete(A, "ch_1"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "ch_1"),
+        )
+        .finish(20, A, Outcome::Panicked(execution(false)))
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn panic_recorded_as_a_result_not_stored() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Panicked)
+        .store(
+            20,
+            A,
+            complete_with(A, StoredResult::Panicked),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed_with(A, StoredResult::NotStored, 60_000),
+        )
+        .finish(20, A, Outcome::Panicked(execution(false)))
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn panic_a_replay_of_a_panicked_record_not_said_unknown() {
+    Story::a_panics()
+        .store(
+            30,
+            B,
+            reserve(B),
+            completed_with(A, StoredResult::Panicked, 60_000),
+            Reply::Replay {
+                result: StoredResult::Panicked,
+            },
+            completed_with(A, StoredResult::Panicked, 60_000),
+        )
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: StoredResult::NotStored,
+            },
+        )
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn panic_outcome_unknown_replayed_from_an_action_that_did_not_panic() {
+    Story::a_executes()
+        .store(
+            30,
+            B,
+            reserve(B),
+            completed(A, "ch_1"),
+            Reply::Replay {
+                result: value("ch_1"),
+            },
+            completed(A, "ch_1"),
+        )
+        .finish(
+            30,
+            B,
+            Outcome::Replayed {
+                result: StoredResult::Panicked,
+            },
+        )
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn panic_a_panicked_attempt_that_ends_otherwise() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .ended(10, A, ActionEnd::Panicked)
+        .finish(20, A, Outcome::ActionFailed { released: false })
+        .breaks(Rule::PanicIsOutcomeUnknown);
+}
+
+#[test]
+fn a_corrupt_key_answered_corrupt_record_passes() {
+    Story::with_keys(&[true])
+        .corrupt(0, A, reserve(A))
+        .finish(0, A, Outcome::CorruptRecord)
+        .passes();
+}
+
+#[test]
+fn a_corrupt_key_run_unanswered_fail_open_passes() {
+    Story::with_keys(&[true])
+        .event(0, A, EventKind::Sent(reserve(A).kind()))
+        .event(0, A, EventKind::Received(Received::Failed))
+        .event(5, A, EventKind::Run { unprotected: true })
+        .charge(10, A)
+        .ended(10, A, ActionEnd::Succeeded)
+        .corrupt(20, A, complete(A, "ch_1"))
+        .finish(
+            20,
+            A,
+            Outcome::Executed(Execution {
+                protection: Protection::FailedOpen,
+                record: Recording::CorruptRecord,
+                lease_lost: false,
+            }),
+        )
+        .passes();
+}
+
+#[test]
+fn corrupt_a_caller_told_so_runs_its_action() {
+    Story::with_keys(&[true])
+        .corrupt(0, A, reserve(A))
+        .event(5, A, EventKind::Run { unprotected: true })
+        .charge(10, A)
+        .finish(10, A, failed_open())
+        .breaks(Rule::CorruptRecordRunsNothing);
+}
+
+#[test]
+fn corrupt_a_caller_told_so_at_its_reserve_ends_otherwise() {
+    Story::with_keys(&[true])
+        .corrupt(0, A, reserve(A))
+        .finish(0, A, Outcome::StoreUnavailable)
+        .breaks(Rule::CorruptRecordRunsNothing);
+}
+
+#[test]
+fn corrupt_a_store_that_writes_over_the_value() {
+    Story::with_keys(&[true])
+        .granted(0, A, None)
+        .breaks(Rule::CorruptRecordRunsNothing);
+}
+
+#[test]
+fn corrupt_a_replay_under_a_key_that_holds_no_record() {
+    Story::with_keys(&[true])
+        .finish(
+            0,
+            A,
+            Outcome::Replayed {
+                result: value("ch_1"),
+            },
+        )
+        .breaks(Rule::CorruptRecordRunsNothing);
+}
+
+#[test]
+fn i7_a_dropped_action_taken_over_after_its_lease_passes() {
+    let story = Story::a_is_dropped_mid_action().executes(1_200, B, pending(A, 1_000), "ch_2");
+    let verdict = judge(&story.0);
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(verdict.extra.get(Cause::AbandonedMidAction), 1);
+}
+
+#[test]
+fn i7_a_dropped_actions_key_handed_on_before_its_lease_ended() {
+    Story::a_is_dropped_mid_action()
+        .store(30, A, release(A), pending(A, 1_000), Reply::Released, None)
+        .executes(500, B, None, "ch_2")
+        .breaks(Rule::I7);
+}
+
+#[test]
+fn dropped_action_a_release_of_its_key() {
+    Story::a_is_dropped_mid_action()
+        .store(30, A, release(A), pending(A, 1_000), Reply::Released, None)
+        .breaks(Rule::DroppedActionKeepsKey);
+}
+
+#[test]
+fn liveness_an_abandoned_attempt_that_never_settles() {
+    Story::new()
+        .granted(0, A, None)
+        .event(10, A, EventKind::Abandoned)
+        .breaks(Rule::Liveness);
+}
+
+#[test]
+fn liveness_an_attempt_that_stops_without_an_outcome() {
+    Story::new().granted(0, A, None).breaks(Rule::Liveness);
+}
+
+#[test]
+fn liveness_a_dropped_action_settled_as_if_nothing_ran() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .event(10, A, EventKind::Abandoned)
+        .event(
+            10,
+            A,
+            EventKind::Settled(Outcome::Abandoned(Abandonment::Settled)),
+        )
+        .breaks(Rule::Liveness);
+}
+
+#[test]
+fn liveness_an_attempt_ended_abandoned_that_nobody_abandoned() {
+    Story::new()
+        .finish(0, A, Outcome::Abandoned(Abandonment::Settled))
+        .breaks(Rule::Liveness);
+}
+
+#[test]
+fn an_attempt_abandoned_after_its_action_ended_settles_as_if_its_caller_stayed() {
+    Story::new()
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(15, A, ActionEnd::Succeeded)
+        .event(16, A, EventKind::Abandoned)
+        .store(
+            20,
+            A,
+            complete(A, "ch_1"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "ch_1"),
+        )
+        .event(20, A, EventKind::Settled(executed(false)))
+        .passes();
+}
+
+#[test]
+fn driver_protocol_an_input_the_machine_refused() {
+    Story::a_executes()
+        .event(30, A, EventKind::Protocol("a reply nobody awaited".into()))
+        .breaks(Rule::DriverProtocol);
+}
+
+#[test]
+fn every_rule_is_shown_broken_above() {
+    // Each rule has a test above that breaks it; this list keeps the two in step.
+    let shown = [
+        Rule::I1,
+        Rule::I2,
+        Rule::I3,
+        Rule::I4,
+        Rule::I5,
+        Rule::I6,
+        Rule::I7,
+        Rule::I7ReportedHonestly,
+        Rule::I8,
+        Rule::I9,
+        Rule::I10,
+        Rule::I11,
+        Rule::I12,
+        Rule::LeaseView,
+        Rule::Liveness,
+        Rule::PanicIsOutcomeUnknown,
+        Rule::CorruptRecordRunsNothing,
+        Rule::DroppedActionKeepsKey,
+        Rule::DriverProtocol,
+    ];
+    assert_eq!(shown, Rule::ALL);
+}
