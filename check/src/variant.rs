@@ -383,8 +383,11 @@ impl Variant {
     }
 
     /// This variant played in front of a real store, for one command: `live` is the record
-    /// the key holds now, as the store answers a read. `None` when the variant cannot be
-    /// played so (its bug is inside the store's own step), or is a driver's.
+    /// the key holds now, as the store answers a read (needed only where
+    /// [`Variant::reads_in_front`] says so). `None` when the variant cannot be played so (its
+    /// bug is inside the store's own step, or in the store's clock), or is a driver's. The
+    /// variants that file keys otherwise forward every command; the player files it as
+    /// [`Variant::files_as`] says.
     ///
     /// The owner-check variants are played by sending the command in the name of the
     /// record's holder, which a store that checks owners then carries out; the result cache
@@ -460,6 +463,8 @@ impl Variant {
             (Variant::PanicAsNotStored, command) => {
                 InFront::Forward(not_stored_for_a_panic(command))
             }
+            // Their bug is where the record is filed ([`Variant::files_as`]): the store
+            // in front of which they play files it there.
             (
                 Variant::ResultCache
                 | Variant::GrantsEveryReserve
@@ -467,7 +472,9 @@ impl Variant {
                 | Variant::CompleteWithoutOwnerCheck
                 | Variant::ReleaseWithoutOwnerCheck
                 | Variant::RenewWithoutOwnerCheck
-                | Variant::KeyOnlyLookup,
+                | Variant::KeyOnlyLookup
+                | Variant::TruncatedKeys
+                | Variant::IgnoresOperation,
                 command,
             ) => InFront::Forward(command),
             (
@@ -476,9 +483,7 @@ impl Variant {
                 | Variant::LateCompleteInTime
                 | Variant::PendingWithoutLease
                 | Variant::ReserveForgetsOwner
-                | Variant::TruncatedKeys
                 | Variant::CorruptReadAsAbsent
-                | Variant::IgnoresOperation
                 | Variant::ReleaseOnAbandon
                 | Variant::PanicReleases
                 | Variant::CorruptFailsOpen,

@@ -263,9 +263,7 @@ fn the_driver_variants_are_the_drivers() {
                 | Variant::LateCompleteInTime
                 | Variant::PendingWithoutLease
                 | Variant::ReserveForgetsOwner
-                | Variant::TruncatedKeys
                 | Variant::CorruptReadAsAbsent
-                | Variant::IgnoresOperation
         );
         assert_eq!(
             variant.in_front(None, Command::Read).is_none(),

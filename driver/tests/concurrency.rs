@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Broken, Bug, Charge, FlakyStore, Provider, ProviderTimeout, Silent, fingerprint};
+use common::{Charge, FlakyStore, InFront, Provider, ProviderTimeout, Silent, fingerprint};
 use idem::{Coordinator, Error, MemoryStore, Options, Provenance, Store};
+use idem_check::Variant;
 
 const TASKS: usize = 64;
 
@@ -64,7 +65,7 @@ async fn many_tasks_on_one_key_make_one_charge_and_get_one_answer() {
 /// extra charges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_without_reservations_is_caught_charging_many_times() {
-    let (_answers, provider) = many_on_one_key(Broken::new(Bug::GrantsEveryReserve)).await;
+    let (_answers, provider) = many_on_one_key(InFront::new(Variant::GrantsEveryReserve)).await;
     assert!(common::one_effect(&provider).is_err());
     assert!(provider.charges().len() > 1);
 }

@@ -17,11 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{Broken, Bug, Fault, FlakyStore, ProviderTimeout, fingerprint};
+use common::{Fault, FlakyStore, InFront, ProviderTimeout, fingerprint};
 use idem::{
     Coordinator, Error, InFlightPolicy, MemoryStore, Options, Provenance, Recording, Store,
     StoreFailurePolicy,
 };
+use idem_check::Variant;
 use idem_core::record::CommandKind;
 
 const CALLERS: u64 = 8;
@@ -156,7 +157,7 @@ async fn the_checker_catches_a_result_cache() {
         let mut caught = 0;
         for seed in 0..10 {
             let mut random = Seeded(seed);
-            if check(Broken::new(Bug::ResultCache), &mut random)
+            if check(InFront::new(Variant::ResultCache), &mut random)
                 .await
                 .is_err()
             {

@@ -5,10 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broken, Bug, Fault, FlakyStore, ProviderTimeout, fingerprint};
+use common::{Fault, FlakyStore, InFront, ProviderTimeout, fingerprint};
 use idem::{
     Coordinator, Error, InFlightPolicy, MemoryStore, Options, Provenance, Recording, Refusal, Store,
 };
+use idem_check::Variant;
 
 const OP: &str = "payment.charge";
 
@@ -75,7 +76,7 @@ async fn renewals_keep_a_slow_actions_key() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_ignores_renewals_is_caught_losing_the_key() {
     let (_holder, second) =
-        slow_action_and_a_second_caller(Broken::new(Bug::IgnoresRenewals)).await;
+        slow_action_and_a_second_caller(InFront::new(Variant::IgnoresRenewals)).await;
     assert!(
         second.is_ok(),
         "the second caller should have taken the key: {second:?}"

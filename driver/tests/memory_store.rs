@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::FutureExt;
-use idem::{Fingerprint, Key, MemoryStore, Operation, OwnerToken, Store, StoreError};
+use idem::{Fingerprint, Key, MemoryStore, Operation, OwnerToken, Store};
 use idem_core::record::{self, Body, Command, Record, Reply};
 use tokio::time::Instant;
 
@@ -31,23 +31,6 @@ fn complete(owner: u128) -> Command {
         fingerprint: Fingerprint::of_bytes(b"request"),
         result: idem::StoredResult::Value(Body::new(b"1".to_vec())),
         retention: Duration::from_secs(60),
-    }
-}
-
-/// Deliberately broken: keeps one record per key whatever the operation (rule 8 forgotten).
-#[derive(Debug, Default)]
-struct IgnoresOperation(MemoryStore);
-
-impl Store for IgnoresOperation {
-    fn apply(
-        &self,
-        _operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> impl Future<Output = Result<Reply, StoreError>> + Send {
-        let shared: Operation = "shared".parse().unwrap();
-        let reply = self.0.apply(&shared, key, command).now_or_never();
-        async move { reply.unwrap_or_else(|| unreachable!("MemoryStore answers at once")) }
     }
 }
 
@@ -98,9 +81,10 @@ async fn memory_store_is_the_record_machine_per_operation_and_key() {
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_ignores_the_operation_is_caught() {
-    let store = IgnoresOperation::default();
+    // Deliberately broken: one record per key whatever the operation (rule 8 forgotten).
+    let store = common::InFront::new(idem_check::Variant::IgnoresOperation);
     assert!(
-        first_divergence(&store, || store.0.now(), 0)
+        first_divergence(&store, || store.inner.now(), 0)
             .await
             .is_some()
     );

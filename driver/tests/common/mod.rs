@@ -1,7 +1,8 @@
-//! The test harness shared by the driver's test files: a payment provider that counts its
-//! charges (the card statement), stores that fail on schedule, and deliberately broken
-//! variants (a result cache, a store that grants every reserve, a store that drops
-//! releases, a store that never notifies) that the checkers must catch.
+//! The test harness shared by the driver's test files: a payment provider that keeps the
+//! card statement (`idem_check`'s, with its one-effect check), stores that fail on schedule,
+//! and the deliberately broken stores of `idem_check`'s catalogue played in front of a
+//! MemoryStore ([`InFront`]), plus a store that never notifies, which the checkers must
+//! catch.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use idem::{
     Claim, Coordinator, Fingerprint, Key, MemoryStore, Operation, Options, Store, StoreError,
 };
+use idem_check::{Statement, Variant};
 use idem_core::record::{Command, CommandKind, Reply};
 use serde::{Deserialize, Serialize};
 
@@ -35,18 +37,20 @@ impl std::fmt::Display for ProviderTimeout {
 impl std::error::Error for ProviderTimeout {}
 
 /// A payment provider that takes `takes` per charge and writes every charge on the
-/// statement, with the idempotency key it was given.
+/// statement, under `order:key` (the idempotency key it was given).
 #[derive(Debug, Default)]
 pub struct Provider {
-    statement: Mutex<Vec<(String, String)>>,
+    statement: Mutex<Statement<String>>,
 }
 
 impl Provider {
     pub async fn charge(&self, order: &str, amount: u64, key: &str, takes: Duration) -> Charge {
         tokio::time::sleep(takes).await;
         let mut statement = self.statement.lock().unwrap();
-        let id = format!("ch_{}", statement.len() + 1);
-        statement.push((id.clone(), format!("{order}:{key}")));
+        let id = statement
+            .charge(format!("{order}:{key}"), None, 0)
+            .id
+            .clone();
         Charge { id, amount }
     }
 
@@ -66,27 +70,25 @@ impl Provider {
     /// The charge ids made so far.
     pub fn charges(&self) -> Vec<String> {
         let statement = self.statement.lock().unwrap();
-        statement.iter().map(|(id, _)| id.clone()).collect()
+        statement.ids().into_iter().map(str::to_owned).collect()
     }
 
     /// The `order:key` of every charge, in order.
     pub fn references(&self) -> Vec<String> {
         let statement = self.statement.lock().unwrap();
-        statement
-            .iter()
-            .map(|(_, reference)| reference.clone())
-            .collect()
+        statement.lines().iter().map(|c| c.key.clone()).collect()
+    }
+
+    /// The statement as it stands.
+    pub fn statement(&self) -> Statement<String> {
+        self.statement.lock().unwrap().clone()
     }
 }
 
-/// The checker of rule 1 on the card statement: exactly one charge.
+/// `I7` on the card statement, the checker of rule 1: something was charged, and every key
+/// exactly once.
 pub fn one_effect(provider: &Provider) -> Result<(), String> {
-    match provider.charges().as_slice() {
-        [_] => Ok(()),
-        charges => Err(format!(
-            "expected one charge, the statement shows {charges:?}"
-        )),
-    }
+    provider.statement().one_effect_each()
 }
 
 pub fn fingerprint(order: &str, amount: u64) -> Fingerprint {
@@ -105,29 +107,6 @@ pub fn coordinator(options: Options) -> Coordinator<MemoryStore> {
 /// A lease of 30 s (renewed every 10 s), the defaults otherwise.
 pub fn defaults() -> idem::OptionsBuilder {
     Options::builder()
-}
-
-/// The article's first row: a result cache. Looks the key up, else runs and stores the
-/// result, keeping the first writer's. Deliberately broken: two concurrent requests both
-/// miss and both charge.
-#[derive(Debug, Default)]
-pub struct ResultCache {
-    results: Mutex<HashMap<String, Charge>>,
-}
-
-impl ResultCache {
-    pub async fn execute<F, Fut>(&self, key: &str, action: F) -> Charge
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Charge>,
-    {
-        if let Some(found) = self.results.lock().unwrap().get(key) {
-            return found.clone();
-        }
-        let charge = action().await;
-        let mut results = self.results.lock().unwrap();
-        results.entry(key.to_owned()).or_insert(charge).clone()
-    }
 }
 
 /// How an injected fault behaves.
@@ -259,78 +238,68 @@ impl<S: Store> Store for FlakyStore<S> {
     }
 }
 
-/// A deliberately broken store: MemoryStore with one rule forgotten.
+/// A deliberately broken store of `idem_check`'s catalogue, played in front of a real one
+/// (a MemoryStore unless said otherwise): the variant rewrites each command, or answers it
+/// itself, and files the record where it would.
 #[derive(Debug)]
-pub struct Broken {
-    pub inner: MemoryStore,
-    bug: Bug,
+pub struct InFront<S = MemoryStore> {
+    pub inner: S,
+    variant: Variant,
 }
 
-/// The rule a [`Broken`] store forgets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bug {
-    /// Grants every reserve, as if the key were always free (rule 1).
-    GrantsEveryReserve,
-    /// Answers `Released` to a release without applying it.
-    DropsReleases,
-    /// Answers `Renewed` to a renewal without applying it: the lease is never extended.
-    IgnoresRenewals,
-    /// A result cache dressed as a store: grants every reserve, acknowledges every renewal,
-    /// and answers every complete as in time, so nothing looks amiss to the caller.
-    ResultCache,
-}
-
-impl Broken {
-    pub fn new(bug: Bug) -> Self {
-        Self {
-            inner: MemoryStore::new(),
-            bug,
-        }
-    }
-
-    /// A reservation for `owner` lasting `lease` from now, granted without being stored.
-    fn granted(&self, owner: idem::OwnerToken, lease: Duration) -> idem_core::Reservation {
-        idem_core::Reservation {
-            owner,
-            lease_until: Some(self.inner.now().saturating_add(lease)),
-        }
+impl InFront {
+    /// `variant` in front of a fresh MemoryStore.
+    pub fn new(variant: Variant) -> Self {
+        Self::over(variant, MemoryStore::new())
     }
 }
 
-impl Store for Broken {
+impl<S: Store> InFront<S> {
+    /// `variant` in front of `inner`.
+    pub fn over(variant: Variant, inner: S) -> Self {
+        assert!(
+            variant.in_front(None, Command::Read).is_some(),
+            "{} cannot be played in front of a store",
+            variant.name()
+        );
+        Self { inner, variant }
+    }
+}
+
+impl<S: Store> Store for InFront<S> {
     async fn apply(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        match (self.bug, &command) {
-            (Bug::GrantsEveryReserve, Command::Reserve { owner, .. }) => {
-                Ok(Reply::Reserved(idem_core::Reservation {
-                    owner: *owner,
-                    lease_until: Some(idem_core::Timestamp::from_millis(u64::MAX)),
-                }))
+        // A store that files keys under the key alone shares one scope, named `_`.
+        let (filed_operation, filed_key) = self.variant.files_as(operation.as_str(), key.as_str());
+        let operation = Operation::new(if filed_operation.is_empty() {
+            "_"
+        } else {
+            filed_operation
+        })
+        .unwrap();
+        let key = Key::new(filed_key).unwrap();
+        let live = if self.variant.reads_in_front(&command) {
+            match self.inner.apply(&operation, &key, Command::Read).await? {
+                Reply::Read(record) => record,
+                _ => None,
             }
-            (Bug::DropsReleases, Command::Release { .. }) => Ok(Reply::Released),
-            (Bug::ResultCache, Command::Reserve { owner, lease, .. }) => {
-                match self.inner.apply(operation, key, Command::Read).await? {
-                    Reply::Read(Some(idem_core::Record::Completed { result, .. })) => {
-                        Ok(Reply::Replay { result })
-                    }
-                    _ => Ok(Reply::Reserved(self.granted(*owner, *lease))),
-                }
+        } else {
+            None
+        };
+        match self.variant.in_front(live.as_ref(), command) {
+            Some(idem_check::InFront::Forward(command)) => {
+                self.inner.apply(&operation, &key, command).await
             }
-            (Bug::ResultCache, Command::Renew { owner, lease }) => {
-                Ok(Reply::Renewed(self.granted(*owner, *lease)))
+            Some(idem_check::InFront::Answer(reply)) => Ok(reply),
+            Some(idem_check::InFront::ForwardThenAnswer(command, reply)) => {
+                self.inner.apply(&operation, &key, command).await?;
+                Ok(reply)
             }
-            (Bug::ResultCache, Command::Complete { .. }) => {
-                self.inner.apply(operation, key, command).await?;
-                Ok(Reply::Completed(idem_core::Completion::InTime))
-            }
-            (Bug::IgnoresRenewals, Command::Renew { owner, lease }) => {
-                Ok(Reply::Renewed(self.granted(*owner, *lease)))
-            }
-            _ => self.inner.apply(operation, key, command).await,
+            None => unreachable!("checked when built"),
         }
     }
 }
