@@ -29,7 +29,7 @@ use idem_core::record::{Command, Reply};
 use idem_redis::{RedisStore, codec};
 use redis::AsyncCommands;
 use support::RedisServer;
-use support::broken::CorruptAsUnavailable;
+use support::broken::CorruptFailsOpen;
 use support::card::Card;
 use tokio::task::JoinHandle;
 
@@ -200,7 +200,7 @@ async fn a_detached_call_dropped_after_its_charge_is_recorded_and_the_retry_repl
         (answer.value.as_str(), answer.provenance),
         ("ch_1", Provenance::Replayed)
     );
-    assert_eq!(card.one_charge(key), Ok(()));
+    assert_eq!(card.one_effect(key), Ok(()));
     let counted = payments.metrics();
     assert_eq!(
         (
@@ -247,7 +247,7 @@ async fn releasing_on_abandon_is_caught_charging_twice() {
     assert_eq!(released, Reply::Released);
     let answer = retry(&payments, &card, key).await.unwrap();
     assert!(answer.provenance.executed(), "{answer:?}");
-    let caught = card.one_charge(key).expect_err("charged twice");
+    let caught = card.one_effect(key).expect_err("charged twice");
     assert!(caught.contains("charged 2 times"), "{caught}");
 }
 
@@ -276,7 +276,7 @@ async fn a_panic_after_the_charge_is_recorded_and_the_retry_gets_outcome_unknown
         );
         assert_eq!(error.http_status(), Some(500));
         assert!(!error.is_retryable());
-        assert_eq!(card.one_charge(key), Ok(()), "{mode:?}");
+        assert_eq!(card.one_effect(key), Ok(()), "{mode:?}");
         // What Redis holds: a completion without a body in state 6.
         let value = raw(&server, &payments, key).await;
         assert_eq!((value.len(), value[3]), (codec::HEADER_LEN, 6), "{mode:?}");
@@ -323,7 +323,7 @@ async fn releasing_on_a_panic_is_caught_charging_twice() {
     assert!(matches!(failed, Err(Error::Action(_))), "{failed:?}");
     let answer = retry(&payments, &card, key).await.unwrap();
     assert!(answer.provenance.executed(), "{answer:?}");
-    assert!(card.one_charge(key).is_err());
+    assert!(card.one_effect(key).is_err());
 }
 
 /// Values that are not records, each planted under the record key of `key`.
@@ -406,7 +406,7 @@ async fn call_corrupt_keys<S: Store>(
     }
     let ran = CORRUPT
         .iter()
-        .map(|kind| card.charges(&format!("corrupt-{}", kind.replace(' ', "-"))) as usize)
+        .map(|kind| card.charges(&format!("corrupt-{}", kind.replace(' ', "-"))))
         .sum();
     (answers, ran)
 }
@@ -467,7 +467,7 @@ async fn a_corrupt_record_taken_for_unavailability_is_caught_running_the_action(
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.unwrap();
     let layout = store.layout().clone();
-    let broken = Coordinator::new(CorruptAsUnavailable(store), Options::default());
+    let broken = Coordinator::new(CorruptFailsOpen(store), Options::default());
     let (answers, ran) = call_corrupt_keys(&server, &broken, &layout, 1).await;
     assert_eq!(ran, CORRUPT.len(), "every call ran its action");
     assert!(
@@ -525,7 +525,7 @@ async fn an_attached_call_dropped_mid_action_leaves_the_key_held_until_its_lease
             lease_until
         })
     );
-    assert_eq!(card.one_charge(key), Ok(()));
+    assert_eq!(card.one_effect(key), Ok(()));
 
     // Redis drops the key at the lease end, not before.
     let gone_at = loop {

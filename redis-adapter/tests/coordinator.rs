@@ -68,7 +68,7 @@ async fn renewal_keeps_a_slow_actions_key() {
         tokio::spawn(async move {
             payments
                 .execute("payment.charge", "slow", fp, |claim| async move {
-                    let id = provider.charge().await;
+                    let id = provider.charge(claim.key().as_str()).await;
                     assert!(!claim.is_lease_lost());
                     id
                 })

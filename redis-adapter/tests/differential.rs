@@ -2,89 +2,19 @@
 //! applied to the core's record machine and to Redis through the adapter; every reply must
 //! agree, step for step (the checker is in `support/differential.rs`).
 //!
-//! The checker is shown to catch bugs: four deliberately broken stores (a script without the
-//! owner check, one without the fingerprint check, a claim whose key outlives its lease, a
-//! complete that records a panic as a result not stored), built here in the harness around
-//! the real store, must each be caught.
+//! The checker is shown to catch bugs: the deliberately broken stores of `idem_check`'s
+//! catalogue that can be played in front of the real store (each owner check forgotten, the
+//! fingerprint check forgotten, a panic recorded as a result not stored), and a claim whose
+//! key outlives its lease, built here in the harness around the real store, must each be
+//! caught.
 
 mod support;
 
-use idem::StoreError;
-use idem_core::record::{Command, Record, Reply, StoredResult};
-use idem_core::{Key, Operation};
+use idem_check::Variant;
 use idem_redis::RedisStore;
 use support::RedisServer;
-use support::differential::{Claiming, TimedStore, Timing, check};
-
-/// Broken on purpose: as if the scripts did not check the owner token (complete, renew and
-/// release act for whoever holds the key).
-struct Unfenced(RedisStore);
-
-/// Broken on purpose: as if the reserve script did not compare fingerprints.
-struct NoFingerprintCheck(RedisStore);
-
-async fn holder(store: &RedisStore, operation: &Operation, key: &Key) -> Option<Record> {
-    match store.apply_timed(operation, key, Command::Read).await {
-        Ok((Reply::Read(record), _)) => record,
-        _ => None,
-    }
-}
-
-impl TimedStore for Unfenced {
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let Some(record) = holder(&self.0, operation, key).await {
-            match &mut command {
-                Command::Complete { owner, .. }
-                | Command::Renew { owner, .. }
-                | Command::Release { owner } => *owner = record.owner(),
-                _ => {}
-            }
-        }
-        TimedStore::apply_timed(&self.0, operation, key, command).await
-    }
-}
-
-impl TimedStore for NoFingerprintCheck {
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let (Some(record), Command::Reserve { fingerprint, .. }) =
-            (holder(&self.0, operation, key).await, &mut command)
-        {
-            *fingerprint = record.fingerprint();
-        }
-        TimedStore::apply_timed(&self.0, operation, key, command).await
-    }
-}
-
-/// Broken on purpose: as if the complete script wrote a panicked action's record as a
-/// completion without a body (state 2 instead of 6), so that a replay says "result not
-/// stored" where it must say "outcome unknown".
-struct PanicAsNotStored(RedisStore);
-
-impl TimedStore for PanicAsNotStored {
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let Command::Complete { result, .. } = &mut command
-            && *result == StoredResult::Panicked
-        {
-            *result = StoredResult::NotStored;
-        }
-        TimedStore::apply_timed(&self.0, operation, key, command).await
-    }
-}
+use support::broken::TimedInFront;
+use support::differential::{Claiming, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -154,35 +84,44 @@ fn the_checker_catches_a_claim_that_outlives_its_lease() {
     assert!(failure.contains("lease"), "{failure}");
 }
 
-#[test]
-fn the_checker_catches_a_store_without_the_owner_check() {
+/// `variant` played in front of a fresh server's store must be caught; returns what the
+/// checker said.
+fn caught(variant: Variant) -> String {
     let server = RedisServer::start();
     let runtime = runtime();
     let store = runtime
         .block_on(RedisStore::connect(&server.url()))
         .unwrap();
-    let failure = check(&runtime, &Unfenced(store), 256).expect_err("must be caught");
+    let broken = TimedInFront { variant, store };
+    check(&runtime, &broken, 256).expect_err(&format!("{} must be caught", variant.name()))
+}
+
+#[test]
+fn the_checker_catches_a_complete_without_the_owner_check() {
+    let failure = caught(Variant::CompleteWithoutOwnerCheck);
+    assert!(failure.contains("model"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_release_without_the_owner_check() {
+    let failure = caught(Variant::ReleaseWithoutOwnerCheck);
+    assert!(failure.contains("model"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_renew_without_the_owner_check() {
+    let failure = caught(Variant::RenewWithoutOwnerCheck);
     assert!(failure.contains("model"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_store_without_the_fingerprint_check() {
-    let server = RedisServer::start();
-    let runtime = runtime();
-    let store = runtime
-        .block_on(RedisStore::connect(&server.url()))
-        .unwrap();
-    let failure = check(&runtime, &NoFingerprintCheck(store), 256).expect_err("must be caught");
+    let failure = caught(Variant::KeyOnlyLookup);
     assert!(failure.contains("model"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_store_that_forgets_a_panic() {
-    let server = RedisServer::start();
-    let runtime = runtime();
-    let store = runtime
-        .block_on(RedisStore::connect(&server.url()))
-        .unwrap();
-    let failure = check(&runtime, &PanicAsNotStored(store), 256).expect_err("must be caught");
+    let failure = caught(Variant::PanicAsNotStored);
     assert!(failure.contains("Panicked"), "{failure}");
 }

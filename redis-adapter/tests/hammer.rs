@@ -13,13 +13,13 @@
 //!   charges must not exceed what the processes count as `left_to_lease`, and no key may be
 //!   charged twice before a lease could have ended. Both checks are shown catching the old
 //!   behaviour, a client that releases the key of the call it dropped (with the owner token
-//!   the action learned from its claim).
+//!   the action learned from its claim): `idem_check`'s driver variant `release-on-abandon`.
 //!
 //! The worker is this test binary itself: the parent test runs it again as child processes
 //! (`hammer_worker`, with the server's URL and the mode in the environment). Run on its own,
 //! without that environment, `hammer_worker` is a one-process plain check against a server
 //! of its own. Charges are pushed onto a Redis list per key (`charges:{key}`), each with the
-//! instant it was made.
+//! instant it was made, and read back into `idem_check`'s card statement to be judged.
 
 mod support;
 
@@ -34,10 +34,11 @@ use idem::{
     Claim, Coordinator, Error, Fingerprint, Key, Operation, Options, OwnerToken, Store,
     StoreFailurePolicy,
 };
+use idem_check::{Statement, Variant};
 use idem_redis::RedisStore;
 use redis::AsyncCommands;
 use support::RedisServer;
-use support::broken::ResultCache;
+use support::broken::InFront;
 
 const OP: &str = "hammer.charge";
 const WORKERS: usize = 4;
@@ -64,13 +65,14 @@ const ENV_MODE: &str = "IDEM_HAMMER_MODE";
 enum Mode {
     /// Every call runs to its end.
     Plain,
-    /// Plain, with a result cache in place of the store: broken on purpose.
+    /// Plain, with the catalogue's result cache in front of the store: broken on purpose.
     ResultCache,
     /// Every client drops its call at a random point and retries at once.
     Drops {
         attached: bool,
-        /// Broken on purpose: the client releases the key of the call it dropped.
-        release_on_abandon: bool,
+        /// The client: `Correct`, or (broken on purpose) `ReleaseOnAbandon`, which releases
+        /// the key of the call it dropped.
+        client: Variant,
     },
 }
 
@@ -80,19 +82,19 @@ impl Mode {
         Mode::ResultCache,
         Mode::Drops {
             attached: false,
-            release_on_abandon: false,
+            client: Variant::Correct,
         },
         Mode::Drops {
             attached: true,
-            release_on_abandon: false,
+            client: Variant::Correct,
         },
         Mode::Drops {
             attached: false,
-            release_on_abandon: true,
+            client: Variant::ReleaseOnAbandon,
         },
         Mode::Drops {
             attached: true,
-            release_on_abandon: true,
+            client: Variant::ReleaseOnAbandon,
         },
     ];
 
@@ -238,13 +240,14 @@ async fn work(
             (calls(payments, statement, worker).await, Counts::default())
         }
         Mode::ResultCache => {
-            let payments = Coordinator::new(ResultCache(store), Options::default());
+            let broken = InFront {
+                variant: Variant::ResultCache,
+                store,
+            };
+            let payments = Coordinator::new(broken, Options::default());
             (calls(payments, statement, worker).await, Counts::default())
         }
-        Mode::Drops {
-            attached,
-            release_on_abandon,
-        } => {
+        Mode::Drops { attached, client } => {
             let options = Options::builder()
                 .lease(DROP_LEASE)
                 .reply_timeout(Duration::from_millis(300))
@@ -260,7 +263,7 @@ async fn work(
                 worker,
                 seed,
                 attached,
-                release_on_abandon,
+                client.releases_on_abandon(),
             )
             .await
         }
@@ -427,19 +430,22 @@ async fn dropping_clients(
     (answers, counts)
 }
 
-/// The statement: the instants of each key's charges, in order.
-async fn statement(url: &str, keys: usize) -> Vec<Vec<u64>> {
+/// The card statement, read back from Redis: each key's charges, with the instants they
+/// were made, in order of key.
+async fn statement(url: &str, keys: usize) -> Statement<usize> {
     let mut conn = redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let mut charges = Vec::new();
+    let mut statement = Statement::default();
     for k in 0..keys {
         let instants: Vec<u64> = conn.lrange(format!("charges:{k}"), 0, -1).await.unwrap();
-        charges.push(instants);
+        for at in instants {
+            statement.charge(k, None, at);
+        }
     }
-    charges
+    statement
 }
 
 /// Every caller of a key got the same answer, and every key was answered.
@@ -457,40 +463,25 @@ fn same_answers(answers: &[(usize, String)], keys: usize) -> Result<(), String> 
     Ok(())
 }
 
-/// Every key was charged exactly once.
-fn one_charge_per_key(charges: &[Vec<u64>]) -> Result<(), String> {
-    let twice: Vec<String> = charges
-        .iter()
-        .enumerate()
-        .filter(|(_, instants)| instants.len() != 1)
-        .map(|(k, instants)| format!("key {k} charged {} times", instants.len()))
-        .collect();
-    if twice.is_empty() {
-        Ok(())
-    } else {
-        Err(twice.join("; "))
-    }
-}
-
 /// Attached calls: extra charges only where a dropped call left its key to the lease.
 /// Each is counted (`left_to_lease`), and each comes after a lease could have ended: no
 /// key is charged twice within half a lease.
-fn extra_charges_have_their_cause(charges: &[Vec<u64>], counts: Counts) -> Result<(), String> {
-    let mut failures = Vec::new();
-    for (k, instants) in charges.iter().enumerate() {
-        if instants.is_empty() {
-            failures.push(format!("key {k} never charged"));
-        }
-        for pair in instants.windows(2) {
-            let gap = pair[1].saturating_sub(pair[0]);
-            if u128::from(gap) < DROP_LEASE.as_millis() / 2 {
-                failures.push(format!(
-                    "key {k} charged twice within {gap} ms, before its lease could end"
-                ));
-            }
-        }
+fn extra_charges_have_their_cause(
+    charges: &Statement<usize>,
+    keys: usize,
+    counts: Counts,
+) -> Result<(), String> {
+    let mut failures: Vec<String> = (0..keys)
+        .filter(|k| charges.count(k) == 0)
+        .map(|k| format!("key {k} never charged"))
+        .collect();
+    let half_a_lease = u64::try_from(DROP_LEASE.as_millis() / 2).unwrap();
+    for (k, gap) in charges.charged_again_within(half_a_lease) {
+        failures.push(format!(
+            "key {k} charged twice within {gap} ms, before its lease could end"
+        ));
     }
-    let extra = extra_charges(charges);
+    let extra = charges.extra() as u64;
     if extra > counts.left_to_lease {
         failures.push(format!(
             "{extra} extra charges, but only {} calls left to their lease",
@@ -504,13 +495,6 @@ fn extra_charges_have_their_cause(charges: &[Vec<u64>], counts: Counts) -> Resul
     }
 }
 
-fn extra_charges(charges: &[Vec<u64>]) -> u64 {
-    charges
-        .iter()
-        .map(|instants| instants.len().saturating_sub(1) as u64)
-        .sum()
-}
-
 /// Judges a run by the statement and the answers.
 async fn check(
     url: &str,
@@ -519,19 +503,22 @@ async fn check(
     counts: Counts,
 ) -> Result<String, String> {
     let charges = statement(url, mode.keys()).await;
-    let total: usize = charges.iter().map(Vec::len).sum();
+    let keys: Vec<usize> = (0..mode.keys()).collect();
     let summary = format!(
-        "{}: {} keys, {total} charges ({} extra), {}",
+        "{}: {} keys, {} charges ({} extra), {}",
         mode.name(),
         mode.keys(),
-        extra_charges(&charges),
+        charges.len(),
+        charges.extra(),
         counts.line()
     );
     let judged = match mode {
-        Mode::Drops { attached: true, .. } => extra_charges_have_their_cause(&charges, counts),
-        Mode::Plain | Mode::ResultCache | Mode::Drops { .. } => {
-            one_charge_per_key(&charges).and_then(|()| same_answers(answers, mode.keys()))
+        Mode::Drops { attached: true, .. } => {
+            extra_charges_have_their_cause(&charges, mode.keys(), counts)
         }
+        Mode::Plain | Mode::ResultCache | Mode::Drops { .. } => charges
+            .one_effect_per_key(&keys)
+            .and_then(|()| same_answers(answers, mode.keys())),
     };
     match judged {
         Ok(()) => Ok(summary),
@@ -635,7 +622,7 @@ async fn the_hammer_check_catches_a_result_cache() {
 async fn detached_calls_dropped_at_random_charge_once_per_key() {
     let summary = run_processes(Mode::Drops {
         attached: false,
-        release_on_abandon: false,
+        client: Variant::Correct,
     })
     .await
     .unwrap();
@@ -648,7 +635,7 @@ async fn detached_calls_dropped_at_random_charge_once_per_key() {
 async fn attached_calls_dropped_at_random_charge_again_only_after_a_counted_lease_end() {
     run_processes(Mode::Drops {
         attached: true,
-        release_on_abandon: false,
+        client: Variant::Correct,
     })
     .await
     .unwrap();
@@ -659,7 +646,7 @@ async fn attached_calls_dropped_at_random_charge_again_only_after_a_counted_leas
 async fn the_hammer_check_catches_releasing_on_abandon_in_detached_calls() {
     let failure = run_processes(Mode::Drops {
         attached: false,
-        release_on_abandon: true,
+        client: Variant::ReleaseOnAbandon,
     })
     .await
     .expect_err("releasing on abandon charges twice");
@@ -672,7 +659,7 @@ async fn the_hammer_check_catches_releasing_on_abandon_in_detached_calls() {
 async fn the_hammer_check_catches_releasing_on_abandon_in_attached_calls() {
     let failure = run_processes(Mode::Drops {
         attached: true,
-        release_on_abandon: true,
+        client: Variant::ReleaseOnAbandon,
     })
     .await
     .expect_err("releasing on abandon charges twice");

@@ -1,30 +1,29 @@
 //! A card provider whose statement is the ground truth: it records a charge the moment a
 //! request reaches it, whatever happens to the caller afterwards. Every check of an
-//! abnormal end is on this statement, not on what the callers were told.
+//! abnormal end is on this statement (`idem_check`'s), not on what the callers were told.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// The statement: charges per idempotency key, in order.
+use idem_check::Statement;
+
+/// The statement: every charge, under its idempotency key, in order.
 #[derive(Debug, Default)]
 pub struct Card {
-    charges: Mutex<HashMap<String, u32>>,
+    statement: Mutex<Statement<String>>,
 }
 
 impl Card {
-    /// Charges the card for `key`, at once; returns the charge's id, `ch_N` for the key's
-    /// N-th charge.
+    /// Charges the card for `key`, at once; returns the charge's id, `ch_N` for the
+    /// statement's N-th charge.
     pub fn charge(&self, key: &str) -> String {
-        let mut charges = self.charges.lock().unwrap();
-        let n = charges.entry(key.to_owned()).or_default();
-        *n += 1;
-        format!("ch_{n}")
+        let mut statement = self.statement.lock().unwrap();
+        statement.charge(key.to_owned(), None, 0).id.clone()
     }
 
     /// How many times `key` was charged.
-    pub fn charges(&self, key: &str) -> u32 {
-        self.charges.lock().unwrap().get(key).copied().unwrap_or(0)
+    pub fn charges(&self, key: &str) -> usize {
+        self.statement.lock().unwrap().count(&key.to_owned())
     }
 
     /// Waits until `key` has been charged at least once (at most a few seconds).
@@ -39,11 +38,8 @@ impl Card {
         }
     }
 
-    /// The check: `key` was charged exactly once.
-    pub fn one_charge(&self, key: &str) -> Result<(), String> {
-        match self.charges(key) {
-            1 => Ok(()),
-            n => Err(format!("{key} charged {n} times")),
-        }
+    /// The check, `I7` on the statement: `key` was charged exactly once.
+    pub fn one_effect(&self, key: &str) -> Result<(), String> {
+        self.statement.lock().unwrap().one_effect(&key.to_owned())
     }
 }

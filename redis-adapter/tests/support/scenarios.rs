@@ -1,40 +1,46 @@
 //! The article's scenarios and the concurrency checks, through the driver's `Coordinator`,
 //! written once and run on standalone Redis and on a Cluster.
 //!
-//! The provider is a card processor that counts its charges (the card statement): every
-//! check is on that count, not on what the callers were told.
+//! The provider is a card processor that keeps the card statement (`idem_check`'s): every
+//! check is on that statement, not on what the callers were told.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{Coordinator, Error, Fingerprint, InFlightPolicy, Options};
+use idem_check::Statement;
 use idem_redis::RedisStore;
 
-/// A payment provider whose charges take `latency` and are counted.
+/// A payment provider whose charges take `latency` and go on its statement.
 #[derive(Debug, Clone)]
 pub struct Provider {
-    charges: Arc<AtomicU32>,
+    statement: Arc<Mutex<Statement<String>>>,
     latency: Duration,
 }
 
 impl Provider {
     pub fn new(latency: Duration) -> Self {
         Self {
-            charges: Arc::default(),
+            statement: Arc::default(),
             latency,
         }
     }
 
-    /// Charges the card: one effect, whose id is returned.
-    pub async fn charge(&self) -> Result<String, String> {
+    /// Charges the card under `key`: one effect, whose id is returned.
+    pub async fn charge(&self, key: &str) -> Result<String, String> {
         tokio::time::sleep(self.latency).await;
-        let n = self.charges.fetch_add(1, Ordering::SeqCst) + 1;
-        Ok(format!("ch_{n}"))
+        let mut statement = self.statement.lock().unwrap();
+        Ok(statement.charge(key.to_owned(), None, 0).id.clone())
     }
 
+    /// How many charges in all.
     pub fn charges(&self) -> u32 {
-        self.charges.load(Ordering::SeqCst)
+        self.statement.lock().unwrap().len() as u32
+    }
+
+    /// The statement as it stands.
+    pub fn statement(&self) -> Statement<String> {
+        self.statement.lock().unwrap().clone()
     }
 }
 
@@ -72,8 +78,8 @@ pub async fn article(
         let key = key.to_owned();
         async move {
             payments
-                .execute("payment.charge", key, amount(100), |_claim| async move {
-                    provider.charge().await
+                .execute("payment.charge", key, amount(100), |claim| async move {
+                    provider.charge(claim.key().as_str()).await
                 })
                 .await
         }
@@ -110,8 +116,8 @@ pub async fn sequential_rules(store: &RedisStore, key: &str) {
     let provider = Provider::new(Duration::ZERO);
     let charge = || {
         let provider = provider.clone();
-        payments.execute("payment.charge", key, amount(100), |_claim| async move {
-            provider.charge().await
+        payments.execute("payment.charge", key, amount(100), |claim| async move {
+            provider.charge(claim.key().as_str()).await
         })
     };
     assert_eq!(charge().await.unwrap(), "ch_1");
@@ -159,8 +165,8 @@ pub async fn concurrent_callers(store: &RedisStore, tag: &str, keys: usize, call
             tasks.push(tokio::spawn(async move {
                 start.wait().await;
                 let value = payments
-                    .execute("payment.charge", &key, amount(100), |_claim| async move {
-                        provider.charge().await
+                    .execute("payment.charge", &key, amount(100), |claim| async move {
+                        provider.charge(claim.key().as_str()).await
                     })
                     .await;
                 (k, value)
@@ -176,7 +182,11 @@ pub async fn concurrent_callers(store: &RedisStore, tag: &str, keys: usize, call
             None => seen[k] = Some(value),
         }
     }
-    assert_eq!(provider.charges() as usize, keys, "one charge per key");
+    let keys: Vec<String> = (0..keys).map(|k| format!("{tag}-{k}")).collect();
+    if let Err(failure) = provider.statement().one_effect_per_key(&keys) {
+        panic!("{failure}");
+    }
+    let keys = keys.len();
     let metrics = payments.metrics();
     assert_eq!(metrics.executed as usize, keys, "{metrics:?}");
 }
