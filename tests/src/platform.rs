@@ -2,7 +2,7 @@
 //!
 //! The harness needs very little: one lock around the [`World`], one atomic logical clock,
 //! and threads. Every operation on them is a point where the model checker may switch
-//! threads, so the fewer the harness uses, the more of the protocol each schedule explores.
+//! threads, so the fewer the harness uses, the more of the protocol each schedule covers.
 
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -80,7 +80,7 @@ macro_rules! platform {
 }
 
 platform!(
-    /// loom: exhaustive exploration of schedules up to a preemption bound.
+    /// loom: every schedule up to a preemption bound.
     Loom,
     loom
 );

@@ -3,9 +3,9 @@
 //! that can make the lease run out between any two steps, and the abnormal ends a driver
 //! must handle: panics, callers that go away (the attempt abandoned and its settlement
 //! pumped), hung commands given up at the attempt's own reply deadline, and a key that
-//! holds a corrupt value. Each run is judged against
-//! MODEL.md's invariants; each test prints the number of schedules explored and the paths
-//! they reached, and asserts the paths it is about were reached.
+//! holds a corrupt value. Each run is judged against MODEL.md's rules by idem-check's judge;
+//! each test prints the number of schedules run and the paths they reached, and asserts the
+//! paths it is about were reached.
 //!
 //! Bounds: two callers (four loom threads with the clock and the main thread) at preemption
 //! bound 3, three callers (five threads, loom's limit) at bound 2; a caller making two

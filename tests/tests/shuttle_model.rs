@@ -83,22 +83,21 @@ fn finds(variant: Variant, expected: &[Rule]) {
             FailurePersistence::Print,
             None,
         );
+        let name = variant.name();
         let Some(counterexample) = &checked.counterexample else {
             panic!(
-                "{schedules:?} ran {} schedules of {variant:?} and found nothing (failure: {:?})",
+                "{schedules:?} ran {} schedules of {name} and found nothing (failure: {:?})",
                 checked.schedules, checked.failure
             );
         };
         println!(
-            "{variant:?}: {schedules:?} found {:?} after {} schedules",
+            "{name}: {schedules:?} found {:?} after {} schedules",
             counterexample.rules(),
             checked.schedules
         );
         assert!(
-            expected
-                .iter()
-                .any(|invariant| counterexample.breaks(*invariant)),
-            "{variant:?}: expected one of {expected:?}, got {counterexample}"
+            expected.iter().any(|rule| counterexample.breaks(*rule)),
+            "{name}: expected one of {expected:?}, got {counterexample}"
         );
     }
 }
