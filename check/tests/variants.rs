@@ -255,19 +255,11 @@ fn the_driver_variants_are_the_drivers() {
     assert!(Variant::ReleaseOnAbandon.releases_on_abandon());
     assert!(Variant::PanicReleases.feeds_panic_as_failure());
     assert!(Variant::CorruptFailsOpen.feeds_corrupt_as_store_error());
-    for variant in Variant::ALL {
-        let unplayable = matches!(
-            variant,
-            Variant::CallerClockExpiry
-                | Variant::CachedFailure
-                | Variant::LateCompleteInTime
-                | Variant::PendingWithoutLease
-                | Variant::ReserveForgetsOwner
-                | Variant::CorruptReadAsAbsent
-        );
+    for variant in drivers {
+        // A driver's bug is in what the driver feeds or sends, not in a store.
         assert_eq!(
-            variant.in_front(None, Command::Read).is_none(),
-            variant.is_driver() || unplayable,
+            variant.in_front(None, Command::Read),
+            None,
             "{}",
             variant.name()
         );

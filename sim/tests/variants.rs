@@ -210,20 +210,11 @@ fn every_broken_variant_is_caught() {
 }
 
 #[test]
-fn variant_names_round_trip_and_unknown_names_are_refused() {
+fn the_command_line_names_the_catalogues_variants() {
+    // `--variant NAME` parses `idem_check`'s names, drivers and stores alike.
     for variant in Variant::ALL {
         assert_eq!(variant.name().parse::<Variant>(), Ok(variant));
     }
     let err = "no-such-bug".parse::<Variant>().unwrap_err();
-    assert!(err.to_string().contains("result-cache"), "{err}");
     assert!(err.to_string().contains("release-on-abandon"), "{err}");
-    let drivers: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.is_driver()).collect();
-    assert_eq!(
-        drivers,
-        [
-            Variant::ReleaseOnAbandon,
-            Variant::PanicReleases,
-            Variant::CorruptFailsOpen
-        ]
-    );
 }
