@@ -313,15 +313,17 @@ impl Problem {
         Some(problem)
     }
 
-    /// The body, `application/problem+json`.
+    /// The body, `application/problem+json`: `type`, `title`, `status` and `detail`, in
+    /// that order.
     pub fn body(&self) -> Bytes {
-        let body = serde_json::json!({
-            "type": self.kind.uri(),
-            "title": self.kind.title(),
-            "status": self.kind.status().as_u16(),
-            "detail": self.detail,
-        });
-        Bytes::from(body.to_string())
+        let text = |value: &str| serde_json::Value::from(value).to_string();
+        Bytes::from(format!(
+            "{{\"type\":{},\"title\":{},\"status\":{},\"detail\":{}}}",
+            text(&self.kind.uri()),
+            text(self.kind.title()),
+            self.kind.status().as_u16(),
+            text(&self.detail),
+        ))
     }
 
     /// The whole response, with any body type that can be made from bytes.
