@@ -83,7 +83,10 @@ struct Order {
     currency: String,
 }
 
-async fn create_charge(State(provider): State<Arc<Provider>>, Json(order): Json<Order>) -> Response {
+async fn create_charge(
+    State(provider): State<Arc<Provider>>,
+    Json(order): Json<Order>,
+) -> Response {
     if order.currency.len() != 3 || !order.currency.bytes().all(|b| b.is_ascii_alphabetic()) {
         let error = json!({ "error": "currency must be a three-letter code" });
         return (StatusCode::BAD_REQUEST, Json(error)).into_response();
@@ -95,7 +98,12 @@ async fn create_charge(State(provider): State<Arc<Provider>>, Json(order): Json<
     let id = provider.charge().await;
     let location = format!("/charges/{id}");
     let body = json!({ "id": id, "amount": order.amount, "currency": order.currency });
-    (StatusCode::CREATED, [(header::LOCATION, location)], Json(body)).into_response()
+    (
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(body),
+    )
+        .into_response()
 }
 
 async fn statement(State(provider): State<Arc<Provider>>) -> Json<Vec<String>> {

@@ -1,4 +1,4 @@
-//! The `Idempotency-Key` header for tower and axum services, on [idem](idem).
+//! The `Idempotency-Key` header for tower and axum services, on [`idem`].
 //!
 //! A client that retries a `POST` (a timeout, a dropped connection) must not be charged
 //! twice, and must get the answer of the request that went through. [`IdempotencyLayer`]
@@ -9,9 +9,11 @@
 //! # The layer
 //!
 //! ```
-//! use axum::{Json, Router, http::StatusCode, routing::post};
+//! use axum::{Json, Router, body::Body, http::{Request, StatusCode}, routing::post};
+//! use http_body_util::BodyExt;
 //! use idem::{Coordinator, MemoryStore, Options};
 //! use idem_http::IdempotencyLayer;
+//! use tower::ServiceExt;
 //!
 //! async fn charge(Json(order): Json<serde_json::Value>) -> (StatusCode, Json<serde_json::Value>) {
 //!     // Runs once per key: the provider is called here.
@@ -21,11 +23,23 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
-//! let app: Router = Router::new()
+//! let app = Router::new()
 //!     .route("/charges", post(charge))
 //!     .layer(IdempotencyLayer::new(coordinator));
-//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! # let _server = tokio::spawn(async move { axum::serve(listener, app).await });
+//!
+//! let request = || {
+//!     Request::post("/charges")
+//!         .header("idempotency-key", r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#)
+//!         .header("content-type", "application/json")
+//!         .body(Body::from(r#"{"amount": 100, "currency": "eur"}"#))
+//! };
+//! let first = app.clone().oneshot(request()?).await?;
+//! assert_eq!(first.status(), StatusCode::CREATED);
+//! let retry = app.oneshot(request()?).await?;
+//! assert_eq!(retry.status(), StatusCode::CREATED);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! let (first, retry) = (first.into_body().collect().await?, retry.into_body().collect().await?);
+//! assert_eq!(first.to_bytes(), retry.to_bytes());
 //! # Ok(())
 //! # }
 //! ```
@@ -171,7 +185,7 @@
 //! - `axum` (default): [`IdempotencyKey`], [`HttpError`], `IntoResponse` for [`Problem`],
 //!   and route templates from axum's `MatchedPath` as operation names.
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
-//!   facade (see [`metrics`](crate::metrics)).
+//!   facade (the `metrics` module, with the feature on).
 
 pub mod header;
 mod layer;

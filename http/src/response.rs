@@ -302,6 +302,13 @@ impl<B> ResponseBody<B> {
     }
 }
 
+/// An empty body, as a tower middleware that answers by itself makes one (a timeout).
+impl<B> Default for ResponseBody<B> {
+    fn default() -> Self {
+        Self::full(Bytes::new())
+    }
+}
+
 impl<B> From<Bytes> for ResponseBody<B> {
     fn from(data: Bytes) -> Self {
         Self::full(data)

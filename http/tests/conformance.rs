@@ -10,7 +10,7 @@ use http::StatusCode;
 use idem::InFlightPolicy;
 use idem_http::{BareToken, ProblemType};
 use serde_json::json;
-use support::{Fixture, StoreKind, order, options};
+use support::{Fixture, StoreKind, options, order};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NOW: Duration = Duration::ZERO;
@@ -61,7 +61,11 @@ async fn a_missing_key_is_400_where_required_and_passes_through_where_not(kind: 
         assert_eq!(answer.status, 201);
         assert!(!answer.replayed());
     }
-    assert_eq!(optional.bank.charges(), 2, "without a key, nothing protects a retry");
+    assert_eq!(
+        optional.bank.charges(),
+        2,
+        "without a key, nothing protects a retry"
+    );
 }
 
 async fn invalid_keys_are_400_and_nothing_runs(kind: StoreKind) {
@@ -107,15 +111,26 @@ async fn invalid_keys_are_400_and_nothing_runs(kind: StoreKind) {
     assert_eq!(f.post(Some(&longest), &order(100)).await.status, 201);
     let visible: String = (0x21u8..=0x7e).map(char::from).collect();
     let escaped = visible.replace('\\', r"\\").replace('"', "\\\"");
-    assert_eq!(f.post(Some(&format!("\"{escaped}\"")), &order(100)).await.status, 201);
+    assert_eq!(
+        f.post(Some(&format!("\"{escaped}\"")), &order(100))
+            .await
+            .status,
+        201
+    );
     let answer = f.post(Some(r#""k-1";v=2"#), &order(100)).await;
     assert_eq!(answer.status, 201);
-    assert!(f.post(Some(r#""k-1""#), &order(100)).await.replayed(), "parameters are ignored");
+    assert!(
+        f.post(Some(r#""k-1""#), &order(100)).await.replayed(),
+        "parameters are ignored"
+    );
     assert_eq!(f.bank.charges(), 3);
 }
 
 async fn bare_tokens_name_the_same_record_as_strings_when_accepted(kind: StoreKind) {
-    let f = Fixture::new(kind, NOW, options(), |layer| layer.bare_token(BareToken::Accept)).await;
+    let f = Fixture::new(kind, NOW, options(), |layer| {
+        layer.bare_token(BareToken::Accept)
+    })
+    .await;
     let first = f.post(Some("8e03978e-40d5"), &order(100)).await;
     assert_eq!(first.status, 201);
     let quoted = f.post(Some("\"8e03978e-40d5\""), &order(100)).await;
@@ -178,7 +193,11 @@ async fn a_4xx_answer_is_the_outcome_and_is_replayed(kind: StoreKind) {
     let again = f.post(Some("\"k\""), &order(402)).await;
     assert_eq!((again.status, again.replayed()), (402, true));
     assert_eq!(again.body, declined.body);
-    assert_eq!(f.bank.runs(), 1, "a declined card is the answer, not a failure");
+    assert_eq!(
+        f.bank.runs(),
+        1,
+        "a declined card is the answer, not a failure"
+    );
 }
 
 async fn another_body_under_a_used_key_is_422_while_the_first_runs_and_after(kind: StoreKind) {
@@ -211,8 +230,13 @@ async fn another_body_under_a_used_key_is_422_while_the_first_runs_and_after(kin
     after.assert_problem(ProblemType::KeyReuse);
     assert_discloses_nothing(&after);
     // Another method or target is another request, too.
-    let patch = f.send(reqwest::Method::PATCH, Some("\"k\""), &order(100)).await;
-    assert_eq!(patch.status, 200, "PATCH is another operation: its own key space");
+    let patch = f
+        .send(reqwest::Method::PATCH, Some("\"k\""), &order(100))
+        .await;
+    assert_eq!(
+        patch.status, 200,
+        "PATCH is another operation: its own key space"
+    );
     assert_eq!(f.bank.charges(), 1);
 }
 
@@ -284,10 +308,18 @@ async fn other_methods_pass_through_untouched_and_store_nothing(kind: StoreKind)
     // Nothing was stored under the key: a POST with another body runs.
     let post = f.post(Some("\"k\""), &order(100)).await;
     assert_eq!((post.status, post.replayed()), (201, false));
-    let statement = f.client.get(format!("{}/statement", f.base)).send().await.unwrap();
+    let statement = f
+        .client
+        .get(format!("{}/statement", f.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(statement.status(), 200);
     // The covered methods are configurable.
-    let g = Fixture::new(kind, NOW, options(), |layer| layer.methods([http::Method::PUT])).await;
+    let g = Fixture::new(kind, NOW, options(), |layer| {
+        layer.methods([http::Method::PUT])
+    })
+    .await;
     g.send(reqwest::Method::PUT, None, &order(1))
         .await
         .assert_problem(ProblemType::KeyMissing);
@@ -299,7 +331,11 @@ async fn a_5xx_is_not_recorded_and_a_retry_runs_again(kind: StoreKind) {
     f.bank.fail_next(StatusCode::SERVICE_UNAVAILABLE);
     let failed = f.post(Some("\"k\""), &order(100)).await;
     assert_eq!(failed.status, 503);
-    assert_eq!(failed.json()["error"], "provider unavailable", "the handler's own answer");
+    assert_eq!(
+        failed.json()["error"],
+        "provider unavailable",
+        "the handler's own answer"
+    );
     assert!(!failed.replayed());
     let retry = f.post(Some("\"k\""), &order(100)).await;
     assert_eq!((retry.status, retry.replayed()), (201, false), "runs again");
@@ -430,12 +466,18 @@ async fn json_fields_make_the_fingerprint_when_named(kind: StoreKind) {
     })
     .await;
     let first = f
-        .post(Some("\"k\""), &json!({ "amount": 100, "currency": "eur", "note": "a" }))
+        .post(
+            Some("\"k\""),
+            &json!({ "amount": 100, "currency": "eur", "note": "a" }),
+        )
         .await;
     assert_eq!(first.status, 201);
     let reordered = json!({ "note": "b", "currency": "eur", "amount": 100 });
     let again = f.post(Some("\"k\""), &reordered).await;
-    assert!(again.replayed(), "member order and unnamed fields do not matter");
+    assert!(
+        again.replayed(),
+        "member order and unnamed fields do not matter"
+    );
     assert_eq!(again.body, first.body);
     f.post(Some("\"k\""), &json!({ "amount": 101, "currency": "eur" }))
         .await
@@ -456,7 +498,12 @@ async fn json_fields_make_the_fingerprint_when_named(kind: StoreKind) {
 
 async fn two_tenants_sending_one_key_get_two_records_and_two_charges(kind: StoreKind) {
     let f = Fixture::new(kind, NOW, options(), |layer| {
-        layer.tenant(|parts| parts.headers.get("x-account").map(|v| v.as_bytes().to_vec()))
+        layer.tenant(|parts| {
+            parts
+                .headers
+                .get("x-account")
+                .map(|v| v.as_bytes().to_vec())
+        })
     })
     .await;
     let as_account = |account: Option<&'static str>| {
@@ -495,14 +542,16 @@ async fn without_route_templates_the_path_names_the_operation(kind: StoreKind) {
     let coordinator = idem::Coordinator::new(store, options().build().unwrap());
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = runs.clone();
-    let service = tower::service_fn(move |request: http::Request<idem_http::RequestBody<axum::body::Body>>| {
-        let run = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        async move {
-            let path = request.uri().path().to_owned();
-            let body = format!("{path} run {run}");
-            Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::from(body)))
-        }
-    });
+    let service = tower::service_fn(
+        move |request: http::Request<idem_http::RequestBody<axum::body::Body>>| {
+            let run = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            async move {
+                let path = request.uri().path().to_owned();
+                let body = format!("{path} run {run}");
+                Ok::<_, std::convert::Infallible>(http::Response::new(axum::body::Body::from(body)))
+            }
+        },
+    );
     let service = tower::ServiceBuilder::new()
         .layer(idem_http::IdempotencyLayer::new(coordinator))
         .service(service)
@@ -519,7 +568,10 @@ async fn without_route_templates_the_path_names_the_operation(kind: StoreKind) {
     };
     let a = post("/a").await;
     let b = post("/b").await;
-    assert_eq!((a.body.as_ref(), b.body.as_ref()), (&b"/a run 1"[..], &b"/b run 2"[..]));
+    assert_eq!(
+        (a.body.as_ref(), b.body.as_ref()),
+        (&b"/a run 1"[..], &b"/b run 2"[..])
+    );
     assert!(!b.replayed(), "another path is another operation");
     let a_again = post("/a").await;
     assert!(a_again.replayed());
@@ -535,7 +587,8 @@ async fn a_corrupt_record_is_500_and_nothing_runs() {
     })
     .await;
     let port = f.redis.as_ref().unwrap().port;
-    let reply = support::redis::raw_command(port, "SET idem:payment.charge:k not-a-record").unwrap();
+    let reply =
+        support::redis::raw_command(port, "SET idem:payment.charge:k not-a-record").unwrap();
     assert!(reply.starts_with("+OK"), "{reply}");
     let answer = f.post(Some("\"k\""), &order(100)).await;
     answer.assert_problem(ProblemType::CorruptRecord);
@@ -545,4 +598,33 @@ async fn a_corrupt_record_is_500_and_nothing_runs() {
     assert_eq!(f.bank.runs(), 0, "nothing ran under either policy");
     let value = support::redis::raw_command(port, "GET idem:payment.charge:k").unwrap();
     assert!(value.contains("not-a-record"), "left as it was: {value}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_template_names_the_operation() {
+    for kind in [StoreKind::Memory, StoreKind::Redis] {
+        let (store, redis) = support::store(kind).await;
+        let coordinator = idem::Coordinator::new(store, options().build().unwrap());
+        let refund = axum::routing::post(|| async { (StatusCode::CREATED, "refunded") })
+            .layer(idem_http::IdempotencyLayer::new(coordinator));
+        let app = axum::Router::new().route("/orders/{id}/refund", refund);
+        let (base, server) = support::serve(app).await;
+        let client = reqwest::Client::new();
+        let refund = |order: u32| {
+            let request = client
+                .post(format!("{base}/orders/{order}/refund"))
+                .header("idempotency-key", "\"k\"");
+            async move { support::Answer::of(request.send().await.unwrap()).await }
+        };
+        assert_eq!(refund(1).await.status, 201);
+        // One operation for the route: the same key on another order is another request.
+        refund(2).await.assert_problem(ProblemType::KeyReuse);
+        assert!(refund(1).await.replayed());
+        if let Some(redis) = &redis {
+            let key = "idem:POST.orders._7Bid_7D.refund:k";
+            let reply = support::redis::raw_command(redis.port, &format!("EXISTS {key}")).unwrap();
+            assert_eq!(reply, ":1\r\n", "the record is under {key}");
+        }
+        server.abort();
+    }
 }

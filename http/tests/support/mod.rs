@@ -117,19 +117,36 @@ async fn charge(State(bank): State<Bank>, Json(order): Json<Order>) -> Response 
     let run = bank.runs.fetch_add(1, Ordering::SeqCst) + 1;
     let failure = bank.failures.lock().unwrap().pop_front();
     if let Some(status) = failure {
-        return (status, Json(json!({ "error": "provider unavailable", "run": run }))).into_response();
+        return (
+            status,
+            Json(json!({ "error": "provider unavailable", "run": run })),
+        )
+            .into_response();
     }
     if order.amount == 402 {
-        return (StatusCode::PAYMENT_REQUIRED, Json(json!({ "error": "card_declined" }))).into_response();
+        return (
+            StatusCode::PAYMENT_REQUIRED,
+            Json(json!({ "error": "card_declined" })),
+        )
+            .into_response();
     }
     let id = bank.charge();
     let takes = *bank.takes.lock().unwrap();
     tokio::time::sleep(takes).await;
-    assert!(order.amount != 500, "the provider's client panicked after charging");
+    assert!(
+        order.amount != 500,
+        "the provider's client panicked after charging"
+    );
     let mut headers = HeaderMap::new();
-    headers.insert(header::LOCATION, HeaderValue::from_str(&format!("/charges/{id}")).unwrap());
+    headers.insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/charges/{id}")).unwrap(),
+    );
     headers.insert("x-run", HeaderValue::from(run));
-    headers.insert(header::SET_COOKIE, HeaderValue::from_static("session=first"));
+    headers.insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("session=first"),
+    );
     let mut body = json!({ "id": id, "amount": order.amount, "currency": order.currency });
     if order.amount == 7777 {
         body["padding"] = json!("x".repeat(4096));
@@ -140,7 +157,12 @@ async fn charge(State(bank): State<Bank>, Json(order): Json<Order>) -> Response 
 /// Any other method on `/charges`: counts the run and echoes the method.
 async fn other(State(bank): State<Bank>, method: axum::http::Method) -> Response {
     let run = bank.runs.fetch_add(1, Ordering::SeqCst) + 1;
-    (StatusCode::OK, [("x-run", run.to_string())], method.to_string()).into_response()
+    (
+        StatusCode::OK,
+        [("x-run", run.to_string())],
+        method.to_string(),
+    )
+        .into_response()
 }
 
 async fn statement(State(bank): State<Bank>) -> Json<Vec<String>> {
@@ -246,7 +268,9 @@ impl Fixture {
         kind: StoreKind,
         takes: Duration,
         options: idem::OptionsBuilder,
-        configure: impl FnOnce(IdempotencyLayerBuilder<Switchable>) -> IdempotencyLayerBuilder<Switchable>,
+        configure: impl FnOnce(
+            IdempotencyLayerBuilder<Switchable>,
+        ) -> IdempotencyLayerBuilder<Switchable>,
     ) -> Self {
         let (store, redis) = store(kind).await;
         let coordinator = Coordinator::new(store.clone(), options.build().unwrap());
@@ -333,7 +357,10 @@ impl Answer {
 
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|error| {
-            panic!("not JSON ({error}): {:?}", String::from_utf8_lossy(&self.body))
+            panic!(
+                "not JSON ({error}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
         })
     }
 
@@ -350,12 +377,19 @@ impl Answer {
     #[track_caller]
     pub fn assert_problem(&self, kind: ProblemType) {
         assert_eq!(self.status, kind.status().as_u16(), "{self:?}");
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{self:?}"
+        );
         let body = self.json();
         assert_eq!(body["type"], kind.uri(), "{body}");
         assert_eq!(body["title"], kind.title(), "{body}");
         assert_eq!(body["status"], kind.status().as_u16(), "{body}");
-        assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{body}");
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
         assert_eq!(body.as_object().unwrap().len(), 4, "{body}");
         assert!(!self.replayed());
     }

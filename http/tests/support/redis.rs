@@ -69,7 +69,10 @@ impl RedisServer {
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.child = None;
-                return Err(format!("redis-server on port {} exited: {status}", self.port));
+                return Err(format!(
+                    "redis-server on port {} exited: {status}",
+                    self.port
+                ));
             }
             if start.elapsed() > Duration::from_secs(10) {
                 return Err(format!("redis-server on port {} did not answer", self.port));
