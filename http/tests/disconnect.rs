@@ -4,22 +4,12 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::Request;
-use axum::response::Response;
-use bytes::Bytes;
 use http::StatusCode;
-use http_body_util::BodyExt;
+use support::broken::ResultCache;
 use support::{Bank, Fixture, StoreKind, options, order};
-use tower::{Layer, Service};
 use tower_http::timeout::TimeoutLayer;
 
 /// How long the provider takes after it has charged.
@@ -105,78 +95,6 @@ async fn under_a_timeout_layer_the_charge_completes_and_the_retry_replays(kind: 
     check_timeout_then_retry(&f.base, &f.bank).await.unwrap();
     assert_eq!(f.bank.runs(), 1);
     assert_eq!(f.coordinator.metrics().executed, 1);
-}
-
-/// Deliberately broken: a result cache. It looks the key up, else runs the handler in the
-/// request's own future and stores the response when it ends. Sequential retries replay;
-/// a retry during the first request, or after the first was dropped, charges again.
-#[derive(Debug, Clone, Default)]
-struct ResultCache {
-    stored: Arc<Mutex<HashMap<String, (StatusCode, Bytes)>>>,
-}
-
-impl<S> Layer<S> for ResultCache {
-    type Service = Cached<S>;
-
-    fn layer(&self, inner: S) -> Cached<S> {
-        Cached {
-            cache: self.clone(),
-            inner,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Cached<S> {
-    cache: ResultCache,
-    inner: S,
-}
-
-impl<S> Service<Request> for Cached<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let key = request
-            .headers()
-            .get("idempotency-key")
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let stored = Arc::clone(&self.cache.stored);
-        let mut inner = self.inner.clone();
-        Box::pin(async move {
-            if let Some(key) = &key
-                && let Some((status, body)) = stored.lock().unwrap().get(key).cloned()
-            {
-                let mut response = Response::new(Body::from(body));
-                *response.status_mut() = status;
-                return Ok(response);
-            }
-            let response = inner.call(request).await?;
-            let (parts, body) = response.into_parts();
-            let body = body
-                .collect()
-                .await
-                .map(|c| c.to_bytes())
-                .unwrap_or_default();
-            if let Some(key) = key {
-                stored
-                    .lock()
-                    .unwrap()
-                    .entry(key)
-                    .or_insert((parts.status, body.clone()));
-            }
-            Ok(Response::from_parts(parts, Body::from(body)))
-        })
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod broken;
+pub mod checks;
 pub mod redis;
 
 use std::collections::VecDeque;
@@ -84,6 +86,11 @@ impl Bank {
 
     pub fn charges(&self) -> usize {
         self.statement.lock().unwrap().len()
+    }
+
+    /// How long a charge takes from now on.
+    pub fn set_takes(&self, takes: Duration) {
+        *self.takes.lock().unwrap() = takes;
     }
 
     pub fn runs(&self) -> usize {
