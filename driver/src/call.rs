@@ -69,6 +69,8 @@ pub(crate) struct Call<S: Store, C, T, E> {
     lease: Option<watch::Sender<LeaseView>>,
     /// A transactional action's open transaction, which takes the attempt's complete.
     transaction: Option<TransactionSlot>,
+    /// Whether the attempt waited for another holder of the key.
+    waited: bool,
 }
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
@@ -98,6 +100,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             corrupt: None,
             lease: None,
             transaction: None,
+            waited: false,
         }
     }
 
@@ -195,6 +198,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         // for this.
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
+                    self.waited |= notices.is_some();
                     let changed = notices.map(|from| (from, store.changed(&operation, &key)));
                     let clock = self.clock;
                     let notice = async move {
@@ -388,7 +392,11 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 let provenance = self.provenance(execution);
                 tracing::debug!(%operation, %key, ?provenance, "executed");
                 match self.value.take() {
-                    Some(value) => Ok(Answer { value, provenance }),
+                    Some(value) => Ok(Answer {
+                        value,
+                        provenance,
+                        waited: self.waited,
+                    }),
                     None => Err(ProtocolError::ActionNotRunning.into()),
                 }
             }
@@ -506,6 +514,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     Ok(Answer {
                         value,
                         provenance: Provenance::Replayed,
+                        waited: self.waited,
                     })
                 }
                 Err(error) => {

@@ -132,6 +132,26 @@ impl<S: Store> Coordinator<S> {
         Ok(OperationHandle::new(self.clone(), operation, Json))
     }
 
+    /// As [`operation`](Self::operation), with values stored by `codec` from the start: for
+    /// value types that are not serde types (an HTTP response, a protocol buffer), which
+    /// [`OperationHandle::with_codec`] cannot reach because the handle is made with
+    /// [`Json`] first.
+    pub fn operation_with_codec<T, E, C>(
+        &self,
+        name: impl AsRef<str>,
+        codec: C,
+    ) -> Result<OperationHandle<S, T, E, C>, OperationError>
+    where
+        C: Codec<T> + Clone,
+    {
+        let name = name.as_ref();
+        let operation = Operation::new(name).inspect_err(|error| {
+            self.metrics.count(Counter::InvalidInput);
+            tracing::debug!(operation = name, %error, "refused: invalid operation");
+        })?;
+        Ok(OperationHandle::new(self.clone(), operation, codec))
+    }
+
     /// Runs `action` once for the request that `fingerprint` describes under `key`, scoped to
     /// `operation`, and returns its value; or, if an identical request already ran, returns
     /// that request's stored value without running `action`.
