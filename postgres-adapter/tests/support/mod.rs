@@ -272,7 +272,10 @@ impl PrivateServer {
     pub fn start_again(&self) {
         let data = self.data();
         let log = self.dir.join("log").display().to_string();
-        self.run("pg_ctl", &["-D", &data, "-l", &log, "-w", "-t", "30", "start"]);
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-l", &log, "-w", "-t", "30", "start"],
+        );
     }
 
     /// Stops the server at once (`immediate`: no shutdown checkpoint, as after a crash).
