@@ -321,3 +321,27 @@ pub async fn terminate_backends(conn: &mut PgConnection, db: &str) -> i64 {
     .await
     .expect("terminate backends")
 }
+
+/// The business table of the transactional tests: one row per effect.
+pub async fn create_orders(pool: &PgPool) {
+    sqlx::query("CREATE TABLE orders (id bigserial PRIMARY KEY, made_by text NOT NULL)")
+        .execute(pool)
+        .await
+        .expect("create the orders table");
+}
+
+/// Who made each order, in the order they were made.
+pub async fn orders(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar("SELECT made_by FROM orders ORDER BY id")
+        .fetch_all(pool)
+        .await
+        .expect("read the orders")
+}
+
+/// Inserts an order made by `made_by` in `tx` and returns its id.
+pub async fn insert_order(tx: &mut PgConnection, made_by: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("INSERT INTO orders (made_by) VALUES ($1) RETURNING id")
+        .bind(made_by)
+        .fetch_one(tx)
+        .await
+}
