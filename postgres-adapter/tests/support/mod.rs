@@ -308,20 +308,6 @@ impl Drop for PrivateServer {
     }
 }
 
-/// Terminates every other backend connected to database `db` (through `conn`), as an
-/// operator or a failover would: their sessions end with an error, their open
-/// transactions roll back. Returns how many it terminated.
-pub async fn terminate_backends(conn: &mut PgConnection, db: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-         WHERE datname = $1 AND pid <> pg_backend_pid()",
-    )
-    .bind(db)
-    .fetch_one(conn)
-    .await
-    .expect("terminate backends")
-}
-
 /// The business table of the transactional tests: one row per effect.
 pub async fn create_orders(pool: &PgPool) {
     sqlx::query("CREATE TABLE orders (id bigserial PRIMARY KEY, made_by text NOT NULL)")
