@@ -70,48 +70,46 @@ impl Transaction for RecordTransaction {
     /// transaction ends), then commits if the reply recorded the result, and rolls back
     /// otherwise. A failed statement rolls back; a failed commit is reported as
     /// unavailable (the commit may or may not have landed; the attempt reads the record).
-    fn complete(
+    async fn complete(
         self,
         operation: Operation,
         key: Key,
         command: Command,
-    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'static {
-        async move {
-            let RecordTransaction {
-                store,
-                mut transaction,
-            } = self;
-            let timeout = store.command_timeout();
-            let applied = store.apply_on(&mut transaction, &operation, &key, &command);
-            let applied = match tokio::time::timeout(timeout, applied).await {
-                Ok(applied) => applied,
-                Err(_) => Err(StoreError::unavailable(&command, CommandTimeout(timeout))),
-            };
-            let reply = match store.count(applied) {
-                Ok((reply, _)) => reply,
-                // Dropping the transaction rolls it back.
-                Err(error) => return Err(error),
-            };
-            if commits(&reply) {
-                match tokio::time::timeout(timeout, transaction.commit()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => {
-                        return store.count(Err(StoreError::unavailable(&command, failed(error))));
-                    }
-                    Err(_) => {
-                        return store.count(Err(StoreError::unavailable(
-                            &command,
-                            CommandTimeout(timeout),
-                        )));
-                    }
+    ) -> Result<Reply, StoreError> {
+        let RecordTransaction {
+            store,
+            mut transaction,
+        } = self;
+        let timeout = store.command_timeout();
+        let applied = store.apply_on(&mut transaction, &operation, &key, &command);
+        let applied = match tokio::time::timeout(timeout, applied).await {
+            Ok(applied) => applied,
+            Err(_) => Err(StoreError::unavailable(&command, CommandTimeout(timeout))),
+        };
+        let reply = match store.count(applied) {
+            Ok((reply, _)) => reply,
+            // Dropping the transaction rolls it back.
+            Err(error) => return Err(error),
+        };
+        if commits(&reply) {
+            match tokio::time::timeout(timeout, transaction.commit()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    return store.count(Err(StoreError::unavailable(&command, failed(error))));
                 }
-            } else {
-                // A failed rollback leaves nothing committed either: the server rolls the
-                // transaction back when its connection ends.
-                let _ = transaction.rollback().await;
+                Err(_) => {
+                    return store.count(Err(StoreError::unavailable(
+                        &command,
+                        CommandTimeout(timeout),
+                    )));
+                }
             }
-            Ok(reply)
+        } else {
+            // A failed rollback leaves nothing committed either: the server rolls the
+            // transaction back when its connection ends.
+            let _ = transaction.rollback().await;
         }
+        Ok(reply)
     }
 }
 

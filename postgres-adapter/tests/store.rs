@@ -236,6 +236,18 @@ async fn row_text(store: &PostgresStore, operation: &str, key: &str) -> Option<S
     .unwrap()
 }
 
+/// A row this adapter never writes: key, state, owner, fingerprint, body, deadline, and
+/// what the store must say is wrong with it.
+type ForeignRow = (
+    &'static str,
+    i16,
+    Vec<u8>,
+    Vec<u8>,
+    Option<Vec<u8>>,
+    i64,
+    &'static str,
+);
+
 #[tokio::test]
 async fn foreign_rows_are_reported_and_never_touched() {
     let db = TestDb::create().await;
@@ -246,7 +258,7 @@ async fn foreign_rows_are_reported_and_never_touched() {
     let owner16 = vec![7_u8; 16];
     let fp32 = fp(1).to_bytes().to_vec();
     let far = 4_000_000_000_000_i64;
-    let foreign: Vec<(&str, i16, Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, &str)> = vec![
+    let foreign: Vec<ForeignRow> = vec![
         (
             "state-9",
             9,
@@ -389,7 +401,7 @@ async fn foreign_rows_are_reported_and_never_touched() {
         0,
         "foreign rows are never swept"
     );
-    assert_eq!(row_text(&store, o, "expired-foreign").await.is_some(), true);
+    assert!(row_text(&store, o, "expired-foreign").await.is_some());
     let stats = store.stats();
     assert_eq!(stats.corrupt, 6 * foreign.len() as u64, "{stats:?}");
     assert_eq!(stats.unavailable, 0, "{stats:?}");
