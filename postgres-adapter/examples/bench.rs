@@ -3,18 +3,23 @@
 //!
 //! ```text
 //! cargo run -p idem-postgres --release --example bench -- \
-//!     [--url postgres://postgres@127.0.0.1:5432/postgres] [--concurrency 1,64] [--window-ms 2000]
+//!     [--url postgres://postgres@127.0.0.1:5432/postgres] [--concurrency 1,64] \
+//!     [--window-ms 2000] [--rounds 5]
 //! ```
 //!
 //! The run creates a database of its own (a unique name) on the server at `--url` (or
 //! `DATABASE_URL`) and drops it at the end. For each concurrency, N closed-loop callers
-//! run each phase for the window:
+//! run each phase for the window, cut into `--rounds` slices that the phases take in turn
+//! (so that load from elsewhere on a shared machine weighs on every phase alike):
 //!
 //! - `bare_fresh`: one transaction per call, `BEGIN`, `INSERT … ON CONFLICT DO NOTHING`
 //!   of a pending row, `UPDATE` of it to completed, `COMMIT`: the least a fresh call needs.
-//! - `fresh`: `Coordinator::execute` through `PostgresStore` on a new key.
 //! - `bare_replay`: one primary-key `SELECT` of a completed row.
+//! - `fresh`: `Coordinator::execute` through `PostgresStore` on a new key.
+//! - `raw_replay`: the store's reserve alone (`Store::apply`) on a key completed in `fresh`.
 //! - `replay`: `Coordinator::execute` on a key completed in `fresh`.
+//! - `fresh_1`, `raw_replay_1`, `replay_1`: the same with
+//!   `PostgresStoreBuilder::read_first(false)` (every reserve the one reserve statement).
 //! - `tx_bare`: the caller's own transaction alone: `BEGIN`, `INSERT` of an order, `COMMIT`.
 //! - `tx_fresh`: the same transaction through `in_transaction`: the reserve (on its own),
 //!   then `BEGIN`, the `INSERT`, the complete, `COMMIT`.
@@ -35,6 +40,7 @@ struct Args {
     url: String,
     concurrency: Vec<usize>,
     window: Duration,
+    rounds: u32,
 }
 
 fn args() -> Result<Args, String> {
@@ -43,6 +49,7 @@ fn args() -> Result<Args, String> {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned()),
         concurrency: vec![1, 64],
         window: Duration::from_millis(2_000),
+        rounds: 5,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -59,8 +66,14 @@ fn args() -> Result<Args, String> {
                 args.window =
                     Duration::from_millis(value.parse().map_err(|e| format!("--window-ms: {e}"))?);
             }
+            "--rounds" => {
+                args.rounds = value.parse().map_err(|e| format!("--rounds: {e}"))?;
+            }
             other => return Err(format!("unknown flag {other}")),
         }
+    }
+    if args.rounds == 0 {
+        return Err("--rounds needs a number above zero".to_owned());
     }
     if args.concurrency.is_empty() || args.concurrency.contains(&0) {
         return Err("--concurrency needs numbers above zero".to_owned());
@@ -79,6 +92,19 @@ struct Phase {
 }
 
 impl Phase {
+    /// Adds another slice of the same phase.
+    fn merge(&mut self, other: Phase) {
+        let calls = self.calls + other.calls;
+        self.statements = (self.statements * self.calls as f64
+            + other.statements * other.calls as f64)
+            / calls.max(1) as f64;
+        self.calls = calls;
+        self.errors += other.errors;
+        self.seconds += other.seconds;
+        self.latencies.extend(other.latencies);
+        self.latencies.sort();
+    }
+
     fn percentile(&self, p: f64) -> Duration {
         if self.latencies.is_empty() {
             return Duration::ZERO;
@@ -137,28 +163,122 @@ fn fingerprint() -> Fingerprint {
     Fingerprint::of_bytes(b"bench")
 }
 
-async fn level(
-    pool: &PgPool,
+/// `fresh` on new keys and `replay` on the keys `fresh` completed, through a coordinator
+/// on `store`; `raw_replay` is the store's reserve alone on those keys.
+async fn idem_phases(
     store: &PostgresStore,
-    run_id: u64,
+    names: [&'static str; 3],
+    key: impl Fn(usize, u64) -> String + Clone + Send + Sync + 'static,
     concurrency: usize,
     window: Duration,
 ) -> Vec<Phase> {
     let mut phases = Vec::new();
     let coordinator = Coordinator::new(store.clone(), Options::default());
-    let orders = coordinator
-        .operation::<i64, sqlx::Error>("order.create")
-        .expect("a valid operation");
-    // How many keys each worker made in `fresh`: `replay` cycles through them.
+    // How many keys each worker made in `fresh`: the replays cycle through them.
     let made: Arc<Vec<AtomicU64>> = Arc::new((0..concurrency).map(|_| AtomicU64::new(0)).collect());
-    let key = move |phase: &str, worker: usize, i: u64| {
-        format!("{run_id}-{concurrency}-{phase}-{worker}-{i}")
+
+    let before = store.stats().statements;
+    let (c, m, k) = (coordinator.clone(), Arc::clone(&made), key.clone());
+    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
+        let (coordinator, key, made) = (c.clone(), k(w, i), Arc::clone(&m));
+        async move {
+            let done = coordinator
+                .execute("payment.charge", key, fingerprint(), |_claim| async {
+                    Ok::<_, std::convert::Infallible>("ch_1".to_owned())
+                })
+                .await;
+            made[w].store(i + 1, Ordering::Relaxed);
+            done.is_ok()
+        }
+    })
+    .await;
+    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
+    phases.push(Phase {
+        name: names[0],
+        calls,
+        errors,
+        seconds,
+        latencies,
+        statements,
+    });
+
+    let replayed_key = move |made: &[AtomicU64], w: usize, i: u64| {
+        key(w, i % made[w].load(Ordering::Relaxed).max(1))
+    };
+    let before = store.stats().statements;
+    let (s, m, k) = (store.clone(), Arc::clone(&made), replayed_key.clone());
+    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
+        let (store, key) = (s.clone(), k(&m, w, i));
+        async move {
+            let (operation, key) = (
+                idem::Operation::new("payment.charge").expect("valid"),
+                idem::Key::new(key).expect("valid"),
+            );
+            let reserve = idem::record::Command::Reserve {
+                owner: idem::OwnerToken::from_u128(u128::from(i) + 1),
+                fingerprint: fingerprint(),
+                lease: Duration::from_secs(30),
+            };
+            matches!(
+                idem::Store::apply(&store, &operation, &key, reserve).await,
+                Ok(idem::record::Reply::Replay { .. })
+            )
+        }
+    })
+    .await;
+    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
+    phases.push(Phase {
+        name: names[1],
+        calls,
+        errors,
+        seconds,
+        latencies,
+        statements,
+    });
+
+    let before = store.stats().statements;
+    let (c, m, k) = (coordinator.clone(), Arc::clone(&made), replayed_key);
+    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
+        let (coordinator, key) = (c.clone(), k(&m, w, i));
+        async move {
+            let replayed = coordinator
+                .execute("payment.charge", key, fingerprint(), |_claim| async {
+                    Ok::<_, std::convert::Infallible>("ch_2".to_owned())
+                })
+                .await;
+            matches!(replayed, Ok(value) if value == "ch_1")
+        }
+    })
+    .await;
+    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
+    phases.push(Phase {
+        name: names[2],
+        calls,
+        errors,
+        seconds,
+        latencies,
+        statements,
+    });
+    phases
+}
+
+async fn level(
+    pool: &PgPool,
+    stores: &[PostgresStore; 2],
+    run_id: u64,
+    round: u32,
+    concurrency: usize,
+    window: Duration,
+) -> Vec<Phase> {
+    let mut phases = Vec::new();
+    let key = move |phase: &'static str| {
+        move |worker: usize, i: u64| format!("{run_id}-{concurrency}-{round}-{phase}-{worker}-{i}")
     };
 
     // bare_fresh: BEGIN, INSERT … ON CONFLICT, UPDATE, COMMIT.
-    let p = pool.clone();
+    let (p, k) = (pool.clone(), key("bare"));
     let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (pool, key) = (p.clone(), key("bare", w, i));
+        let (pool, key) = (p.clone(), k(w, i));
         async move {
             let step = async {
                 let mut tx = pool.begin().await?;
@@ -185,6 +305,7 @@ async fn level(
         }
     })
     .await;
+    let bare_made = calls.max(1);
     phases.push(Phase {
         name: "bare_fresh",
         calls,
@@ -194,43 +315,19 @@ async fn level(
         statements: 4.0,
     });
 
-    // fresh: a new key through the coordinator.
-    let before = store.stats().statements;
-    let c = coordinator.clone();
-    let counted = Arc::clone(&made);
+    // bare_replay: one primary-key SELECT of a row `bare_fresh` completed.
+    let (p, k) = (pool.clone(), key("bare"));
     let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (coordinator, key, counted) = (c.clone(), key("idem", w, i), Arc::clone(&counted));
+        let (pool, key) = (p.clone(), k(w, i % (bare_made / concurrency as u64).max(1)));
         async move {
-            let done = coordinator
-                .execute("payment.charge", key, fingerprint(), |_claim| async {
-                    Ok::<_, std::convert::Infallible>("ch_1".to_owned())
-                })
-                .await;
-            counted[w].store(i + 1, Ordering::Relaxed);
-            done.is_ok()
-        }
-    })
-    .await;
-    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
-    phases.push(Phase {
-        name: "fresh",
-        calls,
-        errors,
-        seconds,
-        latencies,
-        statements,
-    });
-
-    // bare_replay: one primary-key SELECT of a completed row.
-    let p = pool.clone();
-    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (pool, key) = (p.clone(), key("bare", w, i % 64));
-        async move {
-            sqlx::query("SELECT state, owner, fingerprint, body, expires_at FROM bare WHERE operation = 'bench' AND key = $1")
-                .bind(&key)
-                .fetch_optional(&pool)
-                .await
-                .is_ok()
+            sqlx::query(
+                "SELECT state, owner, fingerprint, body, expires_at FROM bare \
+                 WHERE operation = 'bench' AND key = $1",
+            )
+            .bind(&key)
+            .fetch_optional(&pool)
+            .await
+            .is_ok()
         }
     })
     .await;
@@ -243,68 +340,27 @@ async fn level(
         statements: 1.0,
     });
 
-    // raw_replay: the store's reserve on a completed key, without the driver.
-    let before = store.stats().statements;
-    let (s, m) = (store.clone(), Arc::clone(&made));
-    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (store, key) = (
-            s.clone(),
-            key("idem", w, i % m[w].load(Ordering::Relaxed).max(1)),
-        );
-        async move {
-            let (operation, key) = (
-                idem::Operation::new("payment.charge").expect("valid"),
-                idem::Key::new(key).expect("valid"),
-            );
-            let reserve = idem::record::Command::Reserve {
-                owner: idem::OwnerToken::from_u128(u128::from(i) + 1),
-                fingerprint: fingerprint(),
-                lease: Duration::from_secs(30),
-            };
-            matches!(
-                idem::Store::apply(&store, &operation, &key, reserve).await,
-                Ok(idem::record::Reply::Replay { .. })
-            )
-        }
-    })
-    .await;
-    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
-    phases.push(Phase {
-        name: "raw_replay",
-        calls,
-        errors,
-        seconds,
-        latencies,
-        statements,
-    });
-
-    // replay: keys completed in `fresh`, through the coordinator.
-    let before = store.stats().statements;
-    let (c, m) = (coordinator.clone(), Arc::clone(&made));
-    let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (coordinator, key) = (
-            c.clone(),
-            key("idem", w, i % m[w].load(Ordering::Relaxed).max(1)),
-        );
-        async move {
-            let replayed = coordinator
-                .execute_with_provenance("payment.charge", key, fingerprint(), |_claim| async {
-                    Ok::<_, std::convert::Infallible>("ch_2".to_owned())
-                })
-                .await;
-            matches!(replayed, Ok(answer) if answer.value == "ch_1")
-        }
-    })
-    .await;
-    let statements = (store.stats().statements - before) as f64 / calls.max(1) as f64;
-    phases.push(Phase {
-        name: "replay",
-        calls,
-        errors,
-        seconds,
-        latencies,
-        statements,
-    });
+    let [read_first, one_statement] = stores;
+    phases.extend(
+        idem_phases(
+            read_first,
+            ["fresh", "raw_replay", "replay"],
+            key("idem"),
+            concurrency,
+            window,
+        )
+        .await,
+    );
+    phases.extend(
+        idem_phases(
+            one_statement,
+            ["fresh_1", "raw_replay_1", "replay_1"],
+            key("one"),
+            concurrency,
+            window,
+        )
+        .await,
+    );
 
     // tx_bare: the caller's own transaction.
     let p = pool.clone();
@@ -332,9 +388,14 @@ async fn level(
     });
 
     // tx_fresh: the same transaction, its record completed inside it.
+    let store = read_first;
+    let orders = Coordinator::new(store.clone(), Options::default())
+        .operation::<i64, sqlx::Error>("order.create")
+        .expect("a valid operation");
     let before = store.stats().statements;
+    let k = key("tx");
     let (calls, errors, seconds, latencies) = run(concurrency, window, move |w, i| {
-        let (orders, key) = (orders.clone(), key("tx", w, i));
+        let (orders, key) = (orders.clone(), k(w, i));
         async move {
             in_transaction(&orders, key, fingerprint(), |_claim, mut tx| async move {
                 let id: i64 =
@@ -399,6 +460,11 @@ async fn bench(
         .command_timeout(Duration::from_secs(5))
         .build(pool.clone());
     store.migrate().await?;
+    let one_statement = PostgresStore::builder()
+        .command_timeout(Duration::from_secs(5))
+        .read_first(false)
+        .build(pool.clone());
+    let stores = [store, one_statement];
     sqlx::raw_sql(
         "CREATE TABLE bare (LIKE idem_records INCLUDING ALL); \
          CREATE TABLE orders (id bigserial PRIMARY KEY, cart text NOT NULL);",
@@ -410,7 +476,20 @@ async fn bench(
         "phase", "conc", "calls/s", "p50 ms", "p99 ms", "statements", "errors"
     );
     for &concurrency in &args.concurrency {
-        let phases = level(&pool, &store, run_id, concurrency, args.window).await;
+        // The phases take turns in short slices, so that a load that comes and goes on a
+        // shared machine weighs on each of them alike.
+        let slice = args.window / args.rounds;
+        let mut phases: Vec<Phase> = Vec::new();
+        for round in 0..args.rounds {
+            let slices = level(&pool, &stores, run_id, round, concurrency, slice).await;
+            if phases.is_empty() {
+                phases = slices;
+            } else {
+                for (phase, more) in phases.iter_mut().zip(slices) {
+                    phase.merge(more);
+                }
+            }
+        }
         for phase in &phases {
             println!(
                 "{:<12} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>11.2} {:>7}",
@@ -430,9 +509,12 @@ async fn bench(
                 .map_or(0.0, Phase::rate)
         };
         println!(
-            "ratios at {concurrency}: fresh/bare_fresh {:.2}, replay/bare_replay {:.2}, tx_fresh/tx_bare {:.2}",
+            "ratios at {concurrency}: fresh/bare_fresh {:.2}, replay/bare_replay {:.2} \
+             (read first); fresh_1 {:.2}, replay_1 {:.2} (one statement); tx_fresh/tx_bare {:.2}",
             rate("fresh") / rate("bare_fresh"),
             rate("replay") / rate("bare_replay"),
+            rate("fresh_1") / rate("bare_fresh"),
+            rate("replay_1") / rate("bare_replay"),
             rate("tx_fresh") / rate("tx_bare"),
         );
     }

@@ -52,6 +52,9 @@ pub(crate) struct Found {
 /// Why an answer could not be turned into a reply.
 #[derive(Debug)]
 pub(crate) enum Refused {
+    /// The read-only first step of a reserve found the key free: run the reserve
+    /// statement.
+    Free,
     /// The row is not a record this adapter wrote: what is wrong with it.
     Corrupt(String),
     /// The row changed between the statement's snapshot and its write; nothing was
@@ -103,6 +106,7 @@ impl Answer {
                 )))
             }
             "raced" => Err(Refused::Raced),
+            "free" => Err(Refused::Free),
             other => Err(Refused::Unexpected(format!("unknown reply {other:?}"))),
         }
     }

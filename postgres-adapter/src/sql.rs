@@ -13,6 +13,8 @@ use crate::table::TableName;
 
 /// The migration: the table and its expiry index.
 pub const MIGRATE: &str = include_str!("../sql/migrate.sql");
+/// The reserve's read-only first step (see [`PostgresStoreBuilder::read_first`](crate::PostgresStoreBuilder::read_first)).
+pub const PEEK: &str = include_str!("../sql/peek.sql");
 /// Reserve.
 pub const RESERVE: &str = include_str!("../sql/reserve.sql");
 /// Complete.
@@ -40,6 +42,7 @@ pub const VALID: &str = "(r.state BETWEEN 1 AND 4 AND octet_length(r.owner) = 16
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) migrate: Arc<str>,
+    pub(crate) peek: Arc<str>,
     pub(crate) reserve: Arc<str>,
     pub(crate) complete: Arc<str>,
     pub(crate) renew: Arc<str>,
@@ -53,6 +56,7 @@ impl Statements {
         let expand = |template: &str| -> Arc<str> { expand(template, table).into() };
         Self {
             migrate: expand(MIGRATE),
+            peek: expand(PEEK),
             reserve: expand(RESERVE),
             complete: expand(COMPLETE),
             renew: expand(RENEW),
@@ -79,7 +83,9 @@ mod tests {
     #[test]
     fn every_placeholder_is_written_out() {
         let table = TableName::new("s.t").unwrap();
-        for template in [MIGRATE, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP] {
+        for template in [
+            MIGRATE, PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP,
+        ] {
             let sql = expand(template, &table);
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
             assert!(sql.contains("\"s\".\"t\""), "{sql}");
@@ -87,7 +93,7 @@ mod tests {
             assert!(!sql.contains("now()"), "{sql}");
         }
         // Every transition judges time by the statement's own clock reading.
-        for template in [RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP] {
+        for template in [PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP] {
             assert!(expand(template, &table).contains("clock_timestamp()"));
         }
     }

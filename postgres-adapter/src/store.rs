@@ -83,6 +83,7 @@ pub struct PostgresStoreBuilder {
     statement_timeout: Option<Duration>,
     max_connections: u32,
     connect_timeout: Duration,
+    read_first: bool,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -93,6 +94,7 @@ impl Default for PostgresStoreBuilder {
             statement_timeout: None,
             max_connections: 16,
             connect_timeout: Duration::from_secs(1),
+            read_first: true,
         }
     }
 }
@@ -140,6 +142,19 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Whether a reserve first reads the key with a plain primary-key `SELECT` (default
+    /// on). A live record (a replay, key reuse, an identical request in flight) is then
+    /// answered by that one read, as cheap as a bare `SELECT`; only a free or expired key
+    /// goes on to the reserve statement, one more statement on a fresh call. Off, every
+    /// reserve is the one reserve statement, which answers a live record as well but costs
+    /// the server more (it carries the `INSERT` it did not need). Either way the replies are
+    /// the record machine's.
+    #[must_use]
+    pub fn read_first(mut self, on: bool) -> Self {
+        self.read_first = on;
+        self
+    }
+
     /// A store on `pool`, whose connections keep their own settings. The table must exist
     /// ([`PostgresStore::migrate`]).
     pub fn build(self, pool: PgPool) -> PostgresStore {
@@ -149,6 +164,7 @@ impl PostgresStoreBuilder {
                 table: self.table,
                 pool,
                 command_timeout: self.command_timeout,
+                read_first: self.read_first,
                 counters: Counters::default(),
             }),
         }
@@ -192,6 +208,7 @@ struct Inner {
     table: TableName,
     sql: Statements,
     command_timeout: Duration,
+    read_first: bool,
     counters: Counters,
 }
 
@@ -446,10 +463,11 @@ impl PostgresStore {
     ) -> Result<(Reply, Timestamp), StoreError> {
         let counters = &self.inner.counters;
         let unavailable = |source: BoxError| StoreError::unavailable(command, source);
+        let mut peek = self.inner.read_first && matches!(command, Command::Reserve { .. });
         for _ in 0..MAX_RACES {
             counters.statements.fetch_add(1, Ordering::Relaxed);
             let row = self
-                .statement(operation, key, command)
+                .statement(operation, key, command, peek)
                 .fetch_one(&mut *conn)
                 .await
                 .map_err(|error| unavailable(failed(error)))?;
@@ -463,6 +481,7 @@ impl PostgresStore {
             };
             match reply {
                 Ok(reply) => return Ok((reply, answer.now)),
+                Err(Refused::Free) if peek => peek = false,
                 Err(Refused::Raced) => {
                     counters.raced.fetch_add(1, Ordering::Relaxed);
                 }
@@ -471,6 +490,9 @@ impl PostgresStore {
                         key: self.describe(operation, key),
                         detail,
                     });
+                }
+                Err(Refused::Free) => {
+                    return Err(unavailable("a write statement answered `free`".into()));
                 }
                 Err(Refused::Unexpected(detail)) => return Err(unavailable(detail.into())),
             }
@@ -490,6 +512,7 @@ impl PostgresStore {
         operation: &'q Operation,
         key: &'q Key,
         command: &'q Command,
+        peek: bool,
     ) -> Query<'q, Postgres, PgArguments> {
         let sql = &self.inner.sql;
         let query = |sql: &Arc<str>| {
@@ -498,6 +521,11 @@ impl PostgresStore {
                 .bind(key.as_str())
         };
         match command {
+            Command::Reserve {
+                owner, fingerprint, ..
+            } if peek => query(&sql.peek)
+                .bind(owner.to_bytes().to_vec())
+                .bind(fingerprint.to_bytes().to_vec()),
             Command::Reserve {
                 owner,
                 fingerprint,

@@ -108,6 +108,26 @@ fn postgres_agrees_with_the_record_machine() {
     drop(db);
 }
 
+/// The same without the read-first step: every reserve is the one reserve statement, which
+/// answers live records itself.
+#[test]
+fn the_reserve_statement_alone_agrees_with_the_record_machine() {
+    let runtime = runtime();
+    let db = runtime.block_on(TestDb::create());
+    let store = runtime.block_on(async {
+        let store = PostgresStore::builder()
+            .read_first(false)
+            .build(db.pool(2).await);
+        store.migrate().await.unwrap();
+        store
+    });
+    if let Err(failure) = check(&runtime, &store, 200) {
+        panic!("{failure}");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0, "{stats:?}");
+}
+
 #[test]
 fn the_checker_catches_a_store_without_the_owner_check() {
     let runtime = runtime();

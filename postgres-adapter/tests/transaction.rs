@@ -374,7 +374,8 @@ async fn a_takeover_waits_for_a_commit_in_progress_and_replays_it() {
     assert!(store.stats().raced >= 1, "{:?}", store.stats());
 }
 
-/// A store handle shared with the coordinator keeps counting.
+/// The record's complete is one statement added to the caller's transaction; the reserve
+/// before it runs on its own (its read-first step, then the reserve statement).
 #[tokio::test]
 async fn the_transactional_complete_is_one_statement_in_the_callers_transaction() {
     let db = TestDb::create().await;
@@ -385,18 +386,29 @@ async fn the_transactional_complete_is_one_statement_in_the_callers_transaction(
         .operation::<String, sqlx::Error>("order.create")
         .unwrap();
     let before = store.stats();
-    let made = in_transaction(&handle, "k", fingerprint(), |_claim, mut tx| async move {
-        insert_order(&mut tx, "one").await?;
-        Ok(("one".to_owned(), tx))
-    })
+    let counter = store.clone();
+    let made = in_transaction(
+        &handle,
+        "k",
+        fingerprint(),
+        move |_claim, mut tx| async move {
+            insert_order(&mut tx, "one").await?;
+            Ok((counter.stats().statements.to_string(), tx))
+        },
+    )
     .await;
-    assert_eq!(made.unwrap(), "one");
     let after = store.stats();
-    // The reserve (on its own) and the complete (in the caller's transaction).
-    assert_eq!(after.statements - before.statements, 2, "{after:?}");
+    let at_action_end: u64 = made.unwrap().parse().unwrap();
+    assert_eq!(at_action_end - before.statements, 2, "peek and reserve");
+    assert_eq!(
+        after.statements - at_action_end,
+        1,
+        "the complete, in the transaction"
+    );
     assert_eq!(
         after.commands - before.commands,
         1,
         "the reserve through the store"
     );
+    assert_eq!(orders(store.pool()).await, ["one"]);
 }
