@@ -50,7 +50,9 @@ const LAYOUT: [(&str, &str, bool); 7] = [
 /// Counters of what the store has seen since it was built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
-    /// Record commands applied (each may be more than one statement when it raced).
+    /// Record commands applied on the store's pool (a reserve may take more than one
+    /// statement). A complete run inside a caller's transaction counts in `statements`
+    /// only.
     pub commands: u64,
     /// Statements run for them, races included.
     pub statements: u64,
