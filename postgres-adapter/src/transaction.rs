@@ -125,6 +125,12 @@ impl Transaction for RecordTransaction {
 /// after its lease ran out commits nothing and ends [`Error::RolledBack`]. A transaction
 /// that cannot be begun is the action's failure (`E::from`).
 ///
+/// The transaction runs on the store's pool, with that pool's settings: a store made by
+/// [`PostgresStoreBuilder::connect`](crate::PostgresStoreBuilder::connect) gives its
+/// connections a `statement_timeout` (the command timeout by default), so build the store
+/// on your own pool ([`PostgresStoreBuilder::build`](crate::PostgresStoreBuilder::build))
+/// when the action's statements need longer.
+///
 /// ```no_run
 /// # async fn demo(url: &str) -> Result<(), Box<dyn std::error::Error>> {
 /// use idem::{Coordinator, Fingerprint, Options};

@@ -72,7 +72,10 @@ fn short_lease() -> Options {
 }
 
 /// A holder makes its order, then pauses past its lease (1 s, renewals failing) while a
-/// second caller takes the key over and commits its own; returns both answers.
+/// second caller takes the key over and commits its own; returns both answers. The second
+/// caller comes at 1.2 s; should the holder's lease still be live then (a slow machine),
+/// it waits at most one backoff step (0.5 s) and takes over well before the holder wakes at
+/// 2.5 s.
 async fn paused_holder_and_taker(
     db: &TestDb,
     broken: bool,
@@ -87,7 +90,7 @@ async fn paused_holder_and_taker(
         &coordinator,
         &store,
         "paused",
-        Duration::from_millis(1_800),
+        Duration::from_millis(2_500),
         broken,
     );
     tokio::time::sleep(Duration::from_millis(1_200)).await;
