@@ -1,4 +1,6 @@
-//! The PostgreSQL store of idem, and records that commit with the caller's transaction.
+//! idem's records in PostgreSQL: the store for services whose data already lives there, and
+//! the one whose records can commit in the caller's own transaction, together with the writes
+//! they protect.
 //!
 //! [`PostgresStore`] implements the driver's [`idem::Store`]: the record machine of
 //! `idem-core`, one row per record in one table, and **one statement per command**, each

@@ -33,10 +33,9 @@
 //! assert!(summary.to_string().ends_with("violations: 0"));
 //! ```
 //!
-//! The simulation depends on `idem-core` alone; `indicatif` is used only by the binary's
-//! progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
-//! table through the driver on a real Redis and [`mod@bench`] measures idem on Redis against
-//! raw commands.
+//! The simulation depends on `idem-core` alone; `clap` and `indicatif` are used only by the
+//! binary (its command line and its progress bar). The same table on a real Redis, and the
+//! Redis bench, are `idem-bench`'s: it runs [`SCENARIOS`] through the driver.
 
 mod explore;
 mod faults;
@@ -59,8 +58,3 @@ pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};
 pub use tally::{Class, Tally, UnknownName};
 pub use variant::Variant;
-
-#[cfg(feature = "redis")]
-pub mod bench;
-#[cfg(feature = "redis")]
-pub mod redis_table;
