@@ -7,7 +7,7 @@
 //! ones (the call runs in the caller's future), so the cost of surviving a dropped caller is
 //! a ratio in the same run.
 //!
-//! `cargo bench -p idem --bench execute`
+//! `cargo bench -p idem-driver --bench execute`
 
 use std::collections::HashMap;
 use std::convert::Infallible;

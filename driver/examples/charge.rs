@@ -1,7 +1,7 @@
 //! The article's payment scenario on MemoryStore: a provider that charges in 300 ms, and a
 //! client that retries 50 ms after its first request, while that request still runs.
 //!
-//! Run with `cargo run -p idem --example charge`.
+//! Run with `cargo run -p idem-driver --example charge`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -9,6 +9,10 @@ pub struct Answer<T> {
     pub value: T,
     /// Where the value came from.
     pub provenance: Provenance,
+    /// Whether this call found an identical request holding the key and waited for it
+    /// (policy `Wait`) before its answer: the holder's result replayed, or the action run
+    /// after the holder released the key or let its lease end.
+    pub waited: bool,
 }
 
 /// Where a call's value came from.

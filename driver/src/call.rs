@@ -11,7 +11,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -39,6 +39,17 @@ pub(crate) enum Ended<T, E> {
     Answer(Result<Answer<T>, Error<E>>),
     Panic(Box<dyn Any + Send>),
 }
+
+/// Where [`Call::until_run`] stopped.
+pub(crate) enum Paused<T, E> {
+    /// The call ended without running the action.
+    Ended(Ended<T, E>),
+    /// The attempt handed out its action, which is to be started next.
+    AtRun,
+}
+
+/// The action's future, caught for panics, and fused so that it is polled only until done.
+type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Fut>>>;
 
 impl<T, E> From<Error<E>> for Ended<T, E> {
     fn from(error: Error<E>) -> Self {
@@ -69,6 +80,8 @@ pub(crate) struct Call<S: Store, C, T, E> {
     lease: Option<watch::Sender<LeaseView>>,
     /// A transactional action's open transaction, which takes the attempt's complete.
     transaction: Option<TransactionSlot>,
+    /// Whether the attempt waited for another holder of the key.
+    waited: bool,
 }
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
@@ -98,6 +111,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             corrupt: None,
             lease: None,
             transaction: None,
+            waited: false,
         }
     }
 
@@ -107,28 +121,66 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         self
     }
 
+    /// Drives the call to its end, running `action` when the attempt says so.
     pub(crate) async fn drive<F, Fut>(mut self, action: F) -> Ended<T, E>
     where
         F: FnOnce(Claim) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        match self.pump(action).await {
-            Ok(ended) => ended,
+        match self.pump(Some(action), false).await {
+            Ok(Paused::Ended(ended)) => ended,
+            Ok(Paused::AtRun) => Error::from(ProtocolError::ActionNotRunning).into(),
             Err(error) => error.into(),
         }
     }
 
-    async fn pump<F, Fut>(&mut self, action: F) -> Result<Ended<T, E>, Error<E>>
+    /// Drives the call until the attempt hands out its action (which is not started) or
+    /// ends without it: a replay, a refusal or waiting need no task of their own.
+    pub(crate) async fn until_run<F, Fut>(&mut self) -> Paused<T, E>
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.pump::<F, Fut>(None, false).await {
+            Ok(paused) => paused,
+            Err(error) => Paused::Ended(error.into()),
+        }
+    }
+
+    /// Drives a call that [`until_run`](Self::until_run) paused at its action: starts
+    /// `action` at once, then goes on to the end.
+    pub(crate) async fn run<F, Fut>(mut self, action: F) -> Ended<T, E>
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.pump(Some(action), true).await {
+            Ok(Paused::Ended(ended)) => ended,
+            Ok(Paused::AtRun) => Error::from(ProtocolError::ActionNotRunning).into(),
+            Err(error) => error.into(),
+        }
+    }
+
+    /// The call's loop. With no `action`, it pauses where the attempt hands the action out;
+    /// with `run_now`, the attempt has already handed it out and it starts at once.
+    async fn pump<F, Fut>(
+        &mut self,
+        mut action: Option<F>,
+        run_now: bool,
+    ) -> Result<Paused<T, E>, Error<E>>
     where
         F: FnOnce(Claim) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let store = Arc::clone(&self.store);
         let (operation, key) = (self.operation.clone(), self.key.clone());
-        let mut action = Some(action);
         let mut running = pin!(Fuse::terminated());
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
+        if run_now {
+            let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
+            self.start(action, self.clock.now(), running.as_mut())?;
+        }
         loop {
             let now = self.clock.now();
             let step = self.guard.attempt.poll(now);
@@ -147,22 +199,11 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             }
             self.publish_lease(now);
             match step {
-                Step::Done(outcome) => return Ok(self.conclude(outcome)),
-                Step::Run => {
-                    let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
-                    let claim = self.claim(now);
-                    tracing::debug!(
-                        operation = %self.operation,
-                        key = %self.key,
-                        protected = claim.is_protected(),
-                        "running the action"
-                    );
-                    // A panic while making the future counts as the action's panic.
-                    match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
-                        Ok(future) => running.set(AssertUnwindSafe(future).catch_unwind().fuse()),
-                        Err(payload) => self.action_finished(Err(payload))?,
-                    }
-                }
+                Step::Done(outcome) => return Ok(Paused::Ended(self.conclude(outcome))),
+                Step::Run => match action.take() {
+                    Some(action) => self.start(action, now, running.as_mut())?,
+                    None => return Ok(Paused::AtRun),
+                },
                 Step::Send { command: next, .. } => {
                     sent = Some(next.kind());
                     let transaction = match (&next, &self.transaction) {
@@ -195,6 +236,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         // for this.
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
+                    self.waited |= notices.is_some();
                     let changed = notices.map(|from| (from, store.changed(&operation, &key)));
                     let clock = self.clock;
                     let notice = async move {
@@ -230,6 +272,34 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     }
                 }
             }
+        }
+    }
+
+    /// Starts the action the attempt handed out, with its claim.
+    fn start<F, Fut>(
+        &mut self,
+        action: F,
+        now: Timestamp,
+        mut running: Pin<&mut ActionFuture<Fut>>,
+    ) -> Result<(), Error<E>>
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let claim = self.claim(now);
+        tracing::debug!(
+            operation = %self.operation,
+            key = %self.key,
+            protected = claim.is_protected(),
+            "running the action"
+        );
+        // A panic while making the future counts as the action's panic.
+        match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
+            Ok(future) => {
+                running.set(AssertUnwindSafe(future).catch_unwind().fuse());
+                Ok(())
+            }
+            Err(payload) => self.action_finished(Err(payload)),
         }
     }
 
@@ -388,7 +458,11 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 let provenance = self.provenance(execution);
                 tracing::debug!(%operation, %key, ?provenance, "executed");
                 match self.value.take() {
-                    Some(value) => Ok(Answer { value, provenance }),
+                    Some(value) => Ok(Answer {
+                        value,
+                        provenance,
+                        waited: self.waited,
+                    }),
                     None => Err(ProtocolError::ActionNotRunning.into()),
                 }
             }
@@ -506,6 +580,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     Ok(Answer {
                         value,
                         provenance: Provenance::Replayed,
+                        waited: self.waited,
                     })
                 }
                 Err(error) => {

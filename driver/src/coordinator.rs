@@ -3,11 +3,14 @@
 //! The coordinator owns no decisions; each call builds an [`Attempt`] and pumps it (see the
 //! `call` module). How the call relates to its caller's future is explicit in the API:
 //!
-//! - **Detached** ([`execute`](Coordinator::execute), the default): the call runs on a task
-//!   of its own and the caller's future only waits for its answer. Dropping the caller's
-//!   future (a client that hung up, a `TimeoutLayer` that fired) does not stop the action:
-//!   it runs to its end and its result is recorded exactly as if the caller had stayed, so
-//!   a retry waits for it and replays it. The action must be `Send + 'static`.
+//! - **Detached** ([`execute`](Coordinator::execute), the default): from the moment its
+//!   action starts, the call runs on a task of its own and the caller's future only waits for
+//!   its answer. Dropping the caller's future (a client that hung up, a `TimeoutLayer` that
+//!   fired) does not stop the action: it runs to its end and its result is recorded exactly
+//!   as if the caller had stayed, so a retry waits for it and replays it. Before the action
+//!   starts (reserving, waiting for another holder), the call runs in the caller's future, so
+//!   a replay costs no task; a caller that goes away then leaves nothing run (a reservation
+//!   that may have landed is released). The action must be `Send + 'static`.
 //! - **Attached** ([`execute_attached`](Coordinator::execute_attached)): the call runs
 //!   inside the caller's future, for actions that borrow or are not `Send`. Dropping that
 //!   future drops the action; the attempt is then abandoned
@@ -28,7 +31,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::answer::Answer;
-use crate::call::{Call, Ended};
+use crate::call::{Call, Ended, Paused};
 use crate::claim::Claim;
 use crate::clock::Clock;
 use crate::codec::{Codec, Json};
@@ -130,6 +133,26 @@ impl<S: Store> Coordinator<S> {
             tracing::debug!(operation = name, %error, "refused: invalid operation");
         })?;
         Ok(OperationHandle::new(self.clone(), operation, Json))
+    }
+
+    /// As [`operation`](Self::operation), with values stored by `codec` from the start: for
+    /// value types that are not serde types (an HTTP response, a protocol buffer), which
+    /// [`OperationHandle::with_codec`] cannot reach because the handle is made with
+    /// [`Json`] first.
+    pub fn operation_with_codec<T, E, C>(
+        &self,
+        name: impl AsRef<str>,
+        codec: C,
+    ) -> Result<OperationHandle<S, T, E, C>, OperationError>
+    where
+        C: Codec<T> + Clone,
+    {
+        let name = name.as_ref();
+        let operation = Operation::new(name).inspect_err(|error| {
+            self.metrics.count(Counter::InvalidInput);
+            tracing::debug!(operation = name, %error, "refused: invalid operation");
+        })?;
+        Ok(OperationHandle::new(self.clone(), operation, codec))
     }
 
     /// Runs `action` once for the request that `fingerprint` describes under `key`, scoped to
@@ -374,10 +397,13 @@ impl<S: Store> Coordinator<S> {
     }
 }
 
-/// Runs `call` on a task of its own and waits for its answer. The task is not aborted when
-/// the returned future is dropped: that is the point of a detached call.
+/// Runs `call` detached: up to the moment its attempt hands the action out, in the caller's
+/// future (a replay, a refusal or a wait needs no task of its own, and a caller that goes
+/// away before the action started leaves nothing run); from then on, on a task of its own,
+/// which is not aborted when the returned future is dropped: that is the point of a detached
+/// call.
 async fn spawned<S, C, T, E, F, Fut>(
-    call: Call<S, C, T, E>,
+    mut call: Call<S, C, T, E>,
     action: F,
 ) -> Result<Answer<T>, Error<E>>
 where
@@ -388,7 +414,10 @@ where
     F: FnOnce(Claim) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
-    match tokio::spawn(call.drive(action)).await {
+    if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
+        return resume(ended);
+    }
+    match tokio::spawn(call.run(action)).await {
         Ok(ended) => resume(ended),
         Err(error) => match error.try_into_panic() {
             // A panic outside the action is a bug of this crate; it is not swallowed.

@@ -105,7 +105,10 @@ async fn one_of_each(policy: StoreFailurePolicy) -> MetricsSnapshot {
     // The store goes down for one call.
     coordinator.store().set_down(true);
     let _ = coordinator.execute(OP, "k4", fingerprint("o", 1), ok).await;
+    // The settlement's first release goes out while the store is still down.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     coordinator.store().set_down(false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
     coordinator.metrics()
 }
 

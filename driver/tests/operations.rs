@@ -190,3 +190,50 @@ async fn any_store_passes_change_notices_through() {
     );
     holder.await.unwrap().unwrap();
 }
+
+/// A value that is not a serde type: only a codec knows its bytes.
+#[derive(Debug, Clone, PartialEq)]
+struct Reply(Vec<u8>);
+
+#[derive(Debug, Clone)]
+struct Raw;
+
+impl Codec<Reply> for Raw {
+    fn encode(&self, value: &Reply) -> Result<Vec<u8>, BoxError> {
+        Ok(value.0.clone())
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Reply, BoxError> {
+        Ok(Reply(bytes.to_vec()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handle_made_with_a_codec_carries_values_that_are_not_serde_types() {
+    let payments = common::coordinator(Options::default());
+    let replies = payments
+        .operation_with_codec::<Reply, ProviderTimeout, _>("http.reply", Raw)
+        .unwrap();
+    let first = replies
+        .execute("k", fingerprint("o", 1), |_claim| async {
+            Ok(Reply(b"\x00raw\xff".to_vec()))
+        })
+        .await
+        .unwrap();
+    let again = replies
+        .execute_with_provenance("k", fingerprint("o", 1), |_claim| async {
+            Err(ProviderTimeout)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.value, again.provenance),
+        (first, Provenance::Replayed)
+    );
+    // The name is validated as `operation` validates it.
+    let refused = payments.operation_with_codec::<Reply, ProviderTimeout, _>("http reply", Raw);
+    assert!(matches!(
+        refused,
+        Err(OperationError::InvalidCharacter { .. })
+    ));
+}

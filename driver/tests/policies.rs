@@ -127,3 +127,28 @@ async fn a_waiter_takes_over_a_dead_holders_key_when_its_lease_ends() {
     // I6: the key is free exactly when the dead holder's lease ends.
     assert_eq!(start.elapsed(), Duration::from_secs(5));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_says_whether_its_call_waited_for_a_holder() {
+    let coordinator = with(InFlightPolicy::Wait, Duration::from_secs(10));
+    let holder = hold(&coordinator, Duration::from_secs(3), true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiter = second_call(&coordinator).await.unwrap();
+    assert_eq!(waiter.provenance, Provenance::Replayed);
+    assert!(
+        waiter.waited,
+        "the second call found the key held and waited"
+    );
+    holder.await.unwrap().unwrap();
+    // A replay of a completed record, and a fresh execution, did not wait.
+    let replay = second_call(&coordinator).await.unwrap();
+    assert_eq!(replay.provenance, Provenance::Replayed);
+    assert!(!replay.waited);
+    let fresh = coordinator
+        .execute_with_provenance(OP, "fresh", fingerprint("o", 1), |_claim| async {
+            Ok::<_, ProviderTimeout>(3)
+        })
+        .await
+        .unwrap();
+    assert!(fresh.provenance.executed() && !fresh.waited);
+}

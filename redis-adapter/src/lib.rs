@@ -1,4 +1,6 @@
-//! The Redis and Redis Cluster store of idem.
+//! idem's records in Redis or Redis Cluster: the store for services that run in more than
+//! one process, so that a retry that reaches another process still finds the first
+//! attempt's reservation or result under its idempotency key.
 //!
 //! [`RedisStore`] implements the driver's [`idem::Store`]: the record machine of
 //! `idem-core`, one atomic server-side step per command.

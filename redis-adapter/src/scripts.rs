@@ -1,7 +1,10 @@
 //! The record machine in Lua: one script per command, each one atomic step on one key.
 //!
 //! Each script is a second implementation of `idem_core::record::apply` (the tests compare
-//! the two step for step). Every script:
+//! the two step for step). The Lua lives in `src/scripts/`: `prelude.lua`, which every
+//! script starts with (its helpers, the server's clock as `now`, the record under `KEYS[1]`
+//! as `rec`), then one file per command, `reserve.lua`, `complete.lua`, `renew.lua`,
+//! `release.lua` and `read.lua`; [`source`] gives a script whole. Every script:
 //!
 //! - reads the server's clock with `TIME` (`I9` and rule 10: leases and retention are judged
 //!   by the server, never by a client);
@@ -36,164 +39,26 @@
 
 use redis::Script;
 
-/// Shared helpers, prepended to every script.
-const PRELUDE: &str = r#"
-local HEADER = 60
-local MAX_MS = 9007199254740991
-local TWO_32 = 4294967296
-
--- Eight big-endian bytes of n (below 2^53): two 32-bit halves, packed in C.
-local function u64be(n)
-  local low = n % TWO_32
-  return struct.pack('>I4I4', (n - low) / TWO_32, low)
-end
-
-local function later(now, ms)
-  return math.min(now + tonumber(ms), MAX_MS)
-end
-
--- The record under KEYS[1]: nil if absent, false and a reason if it is not ours.
-local function load(key)
-  -- One GET: absent is false, another type an error (named, on that rare path, by TYPE).
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' then
-    return false, 'a Redis ' .. redis.call('TYPE', key)['ok'] .. ', not a string'
-  end
-  if not raw then return nil end
-  if #raw < HEADER then return false, #raw .. ' bytes, shorter than the record header' end
-  if string.sub(raw, 1, 2) ~= 'id' then return false, 'no record magic' end
-  local version = string.byte(raw, 3)
-  if version ~= 1 then return false, 'unknown record version ' .. version end
-  local state = string.byte(raw, 4)
-  if state < 1 or state > 6 then
-    return false, 'unknown record state ' .. state
-  end
-  -- State 4 is a pending record that a waiter was told about: its complete or release is
-  -- announced. State 5 is a claim: pending, its lease end the key's expiry. Both are
-  -- pending (state 1) below. States 2, 3 and 6 are completed (6: the action panicked,
-  -- replayed as 'U'); every script but reserve treats them alike (state ~= 1), and only
-  -- state 3 carries a body.
-  local watched = state == 4
-  local claim = state == 5
-  if watched or claim then state = 1 end
-  if state ~= 3 and #raw ~= HEADER then
-    return false, 'a record without a body is ' .. #raw .. ' bytes'
-  end
-  local high, low = struct.unpack('>I4I4', raw, 53)
-  local deadline = high * TWO_32 + low
-  if claim then
-    if deadline ~= 0 then return false, 'a claim with a deadline' end
-    local expiry = redis.call('PEXPIRETIME', key)
-    if expiry < 0 then return false, 'a claim without an expiry' end
-    deadline = expiry + 1
-  end
-  if deadline > MAX_MS then return false, 'deadline out of range' end
-  local rec = {
-    state = state,
-    owner = string.sub(raw, 5, 20),
-    fp = string.sub(raw, 21, 52),
-    deadline = deadline,
-    watched = watched,
-    claim = claim,
-    raw = raw,
-  }
-  if state == 3 then rec.body = string.sub(raw, HEADER + 1) end
-  return rec
-end
-
-local function put(key, state, owner, fp, deadline, body)
-  local value = 'id' .. string.char(1, state) .. owner .. fp .. u64be(deadline) .. (body or '')
-  -- Formatted as an integer here: Redis would print a Lua number with '%.17g'.
-  redis.call('SET', key, value, 'PXAT', string.format('%d', deadline - 1))
-end
-
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local rec, why = load(KEYS[1])
-if rec == false then return {'!', now, why} end
-if rec and now >= rec.deadline then rec = nil end
-"#;
+/// Shared helpers and the record's load, before every script's own part: the server's clock
+/// as `now`, and the record under `KEYS[1]` as `rec` (absent, or expired, is `nil`).
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms), "1" if this store announces
 /// changes (a waiter told "in flight" marks the record, so its end is announced) else "0".
-const RESERVE: &str = r#"
-if not rec then
-  local lease_until = later(now, ARGV[3])
-  put(KEYS[1], 1, ARGV[1], ARGV[2], lease_until)
-  return {'R', now, lease_until}
-end
-if rec.fp ~= ARGV[2] then return {'K', now, rec.fp} end
-if rec.state == 1 then
-  if rec.owner == ARGV[1] then return {'R', now, rec.deadline} end
-  if ARGV[4] == '1' and not rec.watched then
-    put(KEYS[1], 4, rec.owner, rec.fp, rec.deadline)
-  end
-  return {'F', now, rec.deadline}
-end
-if rec.state == 3 then return {'P', now, rec.body} end
-if rec.state == 6 then return {'U', now} end
-return {'P', now}
-"#;
+const RESERVE: &str = include_str!("scripts/reserve.lua");
 
 /// ARGV: owner, fingerprint, "1" if a body follows, "0" for none, "2" for "outcome unknown"
 /// (the action panicked), the body, retention (ms), the change channel ('' for none).
-const COMPLETE: &str = r#"
--- Announced only when a waiter marked the pending record: an uncontended call publishes
--- nothing.
-local function changed()
-  if ARGV[6] ~= '' and rec and rec.watched then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
-end
-local state = 2
-local body = nil
-if ARGV[3] == '1' then
-  state = 3
-  body = ARGV[4]
-elseif ARGV[3] == '2' then
-  state = 6
-end
-local expires_at = later(now, ARGV[5])
-if not rec then
-  put(KEYS[1], state, ARGV[1], ARGV[2], expires_at, body)
-  changed()
-  return {'C', now, 2}
-end
-if rec.owner ~= ARGV[1] then return {'X', now, 1} end
-if rec.state == 1 then
-  put(KEYS[1], state, ARGV[1], rec.fp, expires_at, body)
-  changed()
-  return {'C', now, 1}
-end
-return {'C', now, 3}
-"#;
+const COMPLETE: &str = include_str!("scripts/complete.lua");
 
 /// ARGV: owner, lease (ms).
-const RENEW: &str = r#"
-if not rec then return {'X', now, 2} end
-if rec.owner ~= ARGV[1] then return {'X', now, 1} end
-if rec.state ~= 1 then return {'X', now, 3} end
-local lease_until = math.max(rec.deadline, later(now, ARGV[2]))
-put(KEYS[1], rec.watched and 4 or 1, ARGV[1], rec.fp, lease_until)
-return {'N', now, lease_until}
-"#;
+const RENEW: &str = include_str!("scripts/renew.lua");
 
 /// ARGV: owner, the change channel ('' for none).
-const RELEASE: &str = r#"
-if not rec then return {'X', now, 2} end
-if rec.owner ~= ARGV[1] then return {'X', now, 1} end
-if rec.state ~= 1 then return {'X', now, 3} end
-redis.call('DEL', KEYS[1])
-if ARGV[2] ~= '' and rec.watched then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
-return {'D', now}
-"#;
+const RELEASE: &str = include_str!("scripts/release.lua");
 
 /// No ARGV. A claim is returned as the pending record it is, its lease end filled in.
-const READ: &str = r#"
-if not rec then return {'E', now} end
-if rec.claim then
-  return {'V', now, 'id' .. string.char(1, 1) .. rec.owner .. rec.fp .. u64be(rec.deadline)}
-end
-return {'V', now, rec.raw}
-"#;
+const READ: &str = include_str!("scripts/read.lua");
 
 /// The Lua source of the script for `command` (`reserve`, `complete`, `renew`, `release`
 /// or `read`, as [`idem_core::record::Command::name`] names them), exactly as the store
@@ -207,7 +72,9 @@ pub fn source(command: &str) -> Option<String> {
         "read" => READ,
         _ => return None,
     };
-    Some(format!("{PRELUDE}{body}"))
+    // Each part after a line break of its own: the same bytes, and so the same SHA1, as the
+    // scripts a running server may already hold in its script cache.
+    Some(format!("\n{PRELUDE}\n{body}"))
 }
 
 /// The five scripts, each with its SHA1 computed once. `redis::Script` runs `EVALSHA` and,

@@ -35,10 +35,9 @@
 //! assert!(summary.to_string().ends_with("violations: 0"));
 //! ```
 //!
-//! The simulation depends on `idem-core` and `idem-check`; `indicatif` is used only by the
-//! binary's progress bar. With the `redis` feature (on by default), [`redis_table`] runs the same
-//! table through the driver on a real Redis and [`mod@bench`] measures idem on Redis against
-//! raw commands.
+//! The simulation depends on `idem-core` and `idem-check`; `clap` and `indicatif` are used
+//! only by the binary (its command line and its progress bar). The same table on a real
+//! Redis, and the Redis bench, are `idem-bench`'s: it runs [`SCENARIOS`] through the driver.
 
 mod explore;
 mod faults;
@@ -60,8 +59,3 @@ pub use plan::{
 pub use report::{Response, RunReport};
 pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};
-
-#[cfg(feature = "redis")]
-pub mod bench;
-#[cfg(feature = "redis")]
-pub mod redis_table;

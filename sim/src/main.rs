@@ -4,63 +4,192 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use idem_sim::{Config, FaultKind, Faults, SCENARIOS, Shape, Variant, explore, run_seed};
-use indicatif::{ProgressBar, ProgressStyle};
-
-const USAGE: &str = "\
-idem-sim: a seeded deterministic simulation of idem under faults
-
-USAGE:
-    idem-sim                      the table, then explore --seeds 10000
-    idem-sim table [--trace]      the article's scenarios on simulated time
-    idem-sim table --redis URL    the same scenarios through the driver on a real Redis
-    idem-sim bench --redis URL [--concurrency N[,N...]] [--window-ms MS] [--json]
-                                  idem on Redis against raw PING and the adapter's own
-                                  scripts, at concurrency 1, 64 and 256 by default
-    idem-sim explore --seeds N [--from S] [RUN OPTIONS]
-                                  run seeds S..S+N and print a summary
-    idem-sim replay --seed S [RUN OPTIONS]
-                                  the full event trace of one run
-    idem-sim help                 this text
-
-RUN OPTIONS:
-    --callers N        clients per run (default 8)
-    --keys N           keys per operation (default 3)
-    --faults LIST      comma-separated faults to switch on (default all):
-                       network, outage, crash, pause, slow, failure, key-reuse,
-                       retention, retries, skew, abandon, panic, corrupt; or all, none
-    --without LIST     faults to switch off
-    --variant NAME     a DELIBERATELY BROKEN store or driver, for checking the checker:
-                       stores: result-cache, complete-without-owner-check,
-                       release-without-owner-check, renew-without-owner-check,
-                       caller-clock-expiry, cached-failure, key-only-lookup,
-                       late-complete-in-time, pending-without-lease,
-                       reserve-forgets-owner, truncated-keys, corrupt-read-as-absent;
-                       drivers: release-on-abandon, panic-releases, corrupt-fails-open
-                       (default: correct)
-
-EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Seeds explored by the main job (no arguments): under a second in a release build.
 const MAIN_SEEDS: u64 = 10_000;
+
+/// How long an exploration runs before it draws a progress bar: one that ends sooner
+/// needs none.
+const BAR_AFTER: Duration = Duration::from_secs(1);
+
+const EXIT_STATUS: &str =
+    "EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "idem-sim",
+    version,
+    about = "A seeded deterministic simulation of idem under faults",
+    long_about = "A seeded deterministic simulation of idem under faults.\n\n\
+        With no command, the project's main job: the article's table on simulated time, then \
+        10,000 seeds under every fault. The same rows on a real Redis, and the Redis bench, \
+        are idem-bench's.",
+    override_usage = "idem-sim                      the table, then explore --seeds 10000\n       \
+        idem-sim table [--trace]      the article's scenarios on simulated time\n       \
+        idem-sim explore --seeds N [--from S] [RUN OPTIONS]\n       \
+        idem-sim replay --seed S [RUN OPTIONS]",
+    after_help = EXIT_STATUS
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// The article's scenarios on simulated time (on a real Redis: idem-bench table)
+    #[command(after_help = EXIT_STATUS)]
+    Table {
+        /// Print each row's full event trace
+        #[arg(long)]
+        trace: bool,
+    },
+    /// Run seeds S..S+N and print a summary
+    #[command(after_help = EXIT_STATUS)]
+    Explore {
+        /// How many seeds to run
+        #[arg(long, value_name = "N")]
+        seeds: u64,
+        /// The first seed
+        #[arg(long, value_name = "S", default_value_t = 0)]
+        from: u64,
+        #[command(flatten)]
+        run: RunOptions,
+    },
+    /// The full event trace of one run
+    #[command(after_help = EXIT_STATUS)]
+    Replay {
+        /// The seed to run
+        #[arg(long, value_name = "S")]
+        seed: u64,
+        #[command(flatten)]
+        run: RunOptions,
+    },
+}
+
+/// What each run of `explore` and `replay` looks like.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Run options")]
+struct RunOptions {
+    /// Clients per run
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = Shape::default().callers,
+        value_parser = clap::value_parser!(u32).range(1..=1_000)
+    )]
+    callers: u32,
+    /// Keys per operation
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = Shape::default().keys,
+        value_parser = clap::value_parser!(u32).range(1..=1_000)
+    )]
+    keys: u32,
+    /// Comma-separated faults to switch on (default all)
+    #[arg(long, value_name = "LIST", value_parser = faults, long_help = faults_help())]
+    faults: Option<Faults>,
+    /// Comma-separated faults to switch off
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = fault)]
+    without: Vec<FaultKind>,
+    /// A DELIBERATELY BROKEN store or driver, for checking the checker (default: correct)
+    #[arg(long, value_name = "NAME", value_parser = variant, long_help = variant_help())]
+    variant: Option<Variant>,
+}
+
+fn faults(list: &str) -> Result<Faults, String> {
+    Faults::parse_list(list).map_err(|e| e.to_string())
+}
+
+fn fault(name: &str) -> Result<FaultKind, String> {
+    name.parse()
+        .map_err(|e: idem_sim::UnknownName| e.to_string())
+}
+
+fn variant(name: &str) -> Result<Variant, String> {
+    name.parse()
+        .map_err(|e: idem_sim::UnknownName| e.to_string())
+}
+
+fn faults_help() -> String {
+    let names: Vec<&str> = FaultKind::ALL.into_iter().map(FaultKind::name).collect();
+    format!(
+        "Comma-separated faults to switch on (default all):\n{}\nor all, none",
+        lines(&names)
+    )
+}
+
+fn variant_help() -> String {
+    let names = |driver: bool| {
+        Variant::ALL
+            .into_iter()
+            .filter(|v| *v != Variant::Correct && v.is_driver() == driver)
+            .map(Variant::name)
+            .collect::<Vec<_>>()
+    };
+    format!(
+        "A DELIBERATELY BROKEN store or driver, for checking the checker (default: correct).\n\
+         stores:\n{}\ndrivers:\n{}",
+        lines(&names(false)),
+        lines(&names(true))
+    )
+}
+
+/// `names`, comma-separated, on lines of at most 72 characters.
+fn lines(names: &[&str]) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for (i, name) in names.iter().enumerate() {
+        let last = i + 1 == names.len();
+        let word = if last {
+            (*name).to_owned()
+        } else {
+            format!("{name},")
+        };
+        if line > 0 && line + 1 + word.len() > 72 {
+            out.push('\n');
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        line += word.len();
+        out.push_str(&word);
+    }
+    out
+}
+
+impl RunOptions {
+    fn config(&self) -> Config {
+        let mut faults = self.faults.unwrap_or_default();
+        for kind in &self.without {
+            faults = faults.without(*kind);
+        }
+        Config {
+            shape: Shape {
+                callers: self.callers,
+                keys: self.keys,
+                faults,
+            },
+            variant: self.variant.unwrap_or_default(),
+        }
+    }
+}
 
 /// What the command line asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Main,
-    Help,
     Table {
         trace: bool,
-    },
-    #[cfg(feature = "redis")]
-    RedisTable {
-        url: String,
-    },
-    #[cfg(feature = "redis")]
-    Bench {
-        args: Vec<String>,
     },
     Explore {
         from: u64,
@@ -73,134 +202,81 @@ enum Command {
     },
 }
 
-/// A command line that cannot be carried out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ArgError(String);
-
-fn number(flag: &str, value: Option<&String>) -> Result<u64, ArgError> {
-    let value = value.ok_or_else(|| ArgError(format!("{flag} needs a value")))?;
-    value
-        .parse()
-        .map_err(|_| ArgError(format!("{flag} needs a whole number, not {value:?}")))
+/// Parses the arguments after the program's name.
+fn parse(args: &[String]) -> Result<Command, clap::Error> {
+    let program = std::iter::once("idem-sim".to_owned());
+    let matches = Cli::command().try_get_matches_from(program.chain(args.iter().cloned()))?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok(match cli.command {
+        None => Command::Main,
+        Some(Sub::Table { trace }) => Command::Table { trace },
+        Some(Sub::Explore { seeds, from, run }) => Command::Explore {
+            from,
+            seeds,
+            config: run.config(),
+        },
+        Some(Sub::Replay { seed, run }) => Command::Replay {
+            seed,
+            config: run.config(),
+        },
+    })
 }
 
-fn parse(args: &[String]) -> Result<Command, ArgError> {
-    let Some((sub, rest)) = args.split_first() else {
-        return Ok(Command::Main);
+/// A usage error as this tool prints it: `idem-sim: ` and clap's message (with its tips),
+/// then the usage of the command that was given, or of them all.
+fn usage_error(err: &clap::Error, args: &[String]) -> String {
+    let text = err.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let message = text
+        .split("\n\n")
+        .filter(|part| !part.starts_with("Usage:") && !part.starts_with("For more information"))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut command = Cli::command();
+    command.build();
+    let sub = args.iter().find_map(|arg| {
+        command
+            .find_subcommand(arg)
+            .map(|sub| sub.get_name().to_owned())
+    });
+    let (usage, help) = match sub.and_then(|name| command.find_subcommand_mut(&name)) {
+        Some(sub) => (
+            sub.render_usage(),
+            format!("idem-sim {} --help", sub.get_name()),
+        ),
+        None => (command.render_usage(), "idem-sim --help".to_owned()),
     };
-    #[cfg(feature = "redis")]
-    if sub == "bench" {
-        // The bench parses its own arguments (`idem_sim::bench::parse_args`).
-        return Ok(Command::Bench {
-            args: rest.to_vec(),
-        });
-    }
-    #[cfg(feature = "redis")]
-    let mut redis_url = None;
-    let mut trace = false;
-    let mut seeds = None;
-    let mut from = 0;
-    let mut seed = None;
-    let mut config = Config::default();
-    let mut shape = Shape::default();
-    let mut i = 0;
-    while i < rest.len() {
-        let flag = rest[i].as_str();
-        let value = rest.get(i + 1);
-        i += 2;
-        match (sub.as_str(), flag) {
-            (_, "-h" | "--help") => return Ok(Command::Help),
-            ("table", "--trace") => {
-                trace = true;
-                i -= 1;
-            }
-            #[cfg(feature = "redis")]
-            ("table", "--redis") => {
-                let url = value.ok_or_else(|| ArgError("--redis needs a URL".into()))?;
-                redis_url = Some(url.clone());
-            }
-            ("explore", "--seeds") => seeds = Some(number(flag, value)?),
-            ("explore", "--from") => from = number(flag, value)?,
-            ("replay", "--seed") => seed = Some(number(flag, value)?),
-            ("explore" | "replay", "--callers") => {
-                shape.callers = u32::try_from(number(flag, value)?)
-                    .ok()
-                    .filter(|n| (1..=1_000).contains(n))
-                    .ok_or_else(|| ArgError("--callers must be 1..=1000".into()))?;
-            }
-            ("explore" | "replay", "--keys") => {
-                shape.keys = u32::try_from(number(flag, value)?)
-                    .ok()
-                    .filter(|n| (1..=1_000).contains(n))
-                    .ok_or_else(|| ArgError("--keys must be 1..=1000".into()))?;
-            }
-            ("explore" | "replay", "--faults") => {
-                let list = value.ok_or_else(|| ArgError("--faults needs a list".into()))?;
-                shape.faults = Faults::parse_list(list).map_err(|e| ArgError(e.to_string()))?;
-            }
-            ("explore" | "replay", "--without") => {
-                let list = value.ok_or_else(|| ArgError("--without needs a list".into()))?;
-                for name in list.split(',').filter(|s| !s.is_empty()) {
-                    let kind: FaultKind = name
-                        .parse()
-                        .map_err(|e: idem_sim::UnknownName| ArgError(e.to_string()))?;
-                    shape.faults = shape.faults.without(kind);
-                }
-            }
-            ("explore" | "replay", "--variant") => {
-                let name = value.ok_or_else(|| ArgError("--variant needs a name".into()))?;
-                config.variant = name
-                    .parse::<Variant>()
-                    .map_err(|e| ArgError(e.to_string()))?;
-            }
-            _ => return Err(ArgError(format!("unknown argument {flag:?} for {sub:?}"))),
-        }
-    }
-    config.shape = shape;
-    match sub.as_str() {
-        "help" | "-h" | "--help" => Ok(Command::Help),
-        #[cfg(feature = "redis")]
-        "table" if redis_url.is_some() => {
-            if trace {
-                return Err(ArgError("--trace is for the simulated table".into()));
-            }
-            Ok(Command::RedisTable {
-                url: redis_url.unwrap_or_default(),
-            })
-        }
-        "table" => Ok(Command::Table { trace }),
-        "explore" => Ok(Command::Explore {
-            from,
-            seeds: seeds.ok_or_else(|| ArgError("explore needs --seeds N".into()))?,
-            config,
-        }),
-        "replay" => Ok(Command::Replay {
-            seed: seed.ok_or_else(|| ArgError("replay needs --seed S".into()))?,
-            config,
-        }),
-        other => Err(ArgError(format!("unknown command {other:?}"))),
-    }
+    let usage = usage.to_string();
+    let usage = usage.strip_prefix("Usage: ").unwrap_or(&usage);
+    format!(
+        "idem-sim: {}\n\nUSAGE: {usage}\n\nFor more, run {help}.",
+        message.trim_end()
+    )
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match parse(&args) {
         Ok(command) => command,
-        Err(ArgError(message)) => {
-            eprintln!("idem-sim: {message}\n\n{USAGE}");
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) =>
+        {
+            // `--help`, `help` and `--version`: printed on stdout, exit status 0.
+            return match err.print() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
+        Err(err) => {
+            eprintln!("{}", usage_error(&err, &args));
             return ExitCode::from(2);
         }
     };
     let ok = match command {
-        Command::Help => {
-            println!("{USAGE}");
-            true
-        }
         Command::Table { trace } => table(trace),
-        #[cfg(feature = "redis")]
-        Command::RedisTable { url } => redis_table(&url),
-        #[cfg(feature = "redis")]
-        Command::Bench { args } => return idem_sim::bench::main(&args),
         Command::Explore {
             from,
             seeds,
@@ -263,56 +339,62 @@ fn table(trace: bool) -> bool {
     ok
 }
 
-/// The table through the driver on a real Redis; true when every row matches.
-#[cfg(feature = "redis")]
-fn redis_table(url: &str) -> bool {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            println!("table --redis: cannot start the runtime: {err}");
-            return false;
-        }
-    };
-    match runtime.block_on(idem_sim::redis_table::run(url)) {
-        Ok(rows) => {
-            let mut ok = true;
-            for (scenario, row) in rows {
-                ok &= print_row(scenario, &row);
+/// A progress bar for an exploration of `seeds` seeds, on stderr when stderr is a terminal,
+/// drawn only once the exploration has run [`BAR_AFTER`]: what the program prints, and what
+/// a test reads of it, is the same with or without it.
+struct Progress {
+    bar: Option<ProgressBar>,
+    started: Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(seeds: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::with_draw_target(Some(seeds), ProgressDrawTarget::hidden());
+            if let Ok(style) =
+                ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta}")
+            {
+                bar.set_style(style);
             }
-            ok
+            bar
+        });
+        Self {
+            bar,
+            started: Instant::now(),
+            drawn: false,
         }
-        Err(err) => {
-            println!("table --redis: {err}");
-            false
+    }
+
+    /// Counts `done` more seeds.
+    fn advance(&mut self, done: u64) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        if !self.drawn && self.started.elapsed() >= BAR_AFTER {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.drawn = true;
+        }
+        bar.inc(done);
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
         }
     }
 }
 
 fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = ProgressBar::new(seeds);
-        if let Ok(style) =
-            ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta}")
-        {
-            bar.set_style(style);
-        }
-        bar
-    });
+    let mut progress = Progress::new(seeds);
     let started = Instant::now();
     let result = explore(from, seeds, config, |seed| {
-        if let Some(bar) = &bar
-            && (seed - from) % 256 == 255
-        {
-            bar.inc(256);
+        if (seed - from) % 256 == 255 {
+            progress.advance(256);
         }
     });
     let wall = started.elapsed().as_secs_f64();
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    progress.finish();
     match result {
         Ok(summary) => {
             println!(
@@ -395,12 +477,20 @@ mod tests {
     }
 
     #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
     fn command_lines_parse_or_are_refused() {
-        assert_eq!(parse(&args("")), Ok(Command::Main));
-        assert_eq!(parse(&args("table")), Ok(Command::Table { trace: false }));
+        assert_eq!(parse(&args("")).ok(), Some(Command::Main));
         assert_eq!(
-            parse(&args("table --trace")),
-            Ok(Command::Table { trace: true })
+            parse(&args("table")).ok(),
+            Some(Command::Table { trace: false })
+        );
+        assert_eq!(
+            parse(&args("table --trace")).ok(),
+            Some(Command::Table { trace: true })
         );
         let Ok(Command::Explore {
             from,
@@ -413,33 +503,35 @@ mod tests {
             panic!("explore did not parse");
         };
         assert_eq!((from, seeds, config.shape.callers), (5, 10, 3));
+        assert_eq!(config.shape.keys, Shape::default().keys);
         assert!(!config.shape.faults.has(FaultKind::Skew));
+        assert!(!config.shape.faults.has(FaultKind::Crash));
         assert!(config.shape.faults.has(FaultKind::Pause));
+        assert_eq!(config.variant, Variant::Correct);
         let Ok(Command::Replay { seed, config }) =
             parse(&args("replay --seed 7 --variant result-cache"))
         else {
             panic!("replay did not parse");
         };
         assert_eq!((seed, config.variant), (7, Variant::ResultCache));
-        assert_eq!(
-            parse(&args("table --redis redis://127.0.0.1:6379")),
-            Ok(Command::RedisTable {
-                url: "redis://127.0.0.1:6379".into()
-            })
-        );
-        assert_eq!(
-            parse(&args("bench --redis u --json")),
-            Ok(Command::Bench {
-                args: args("--redis u --json")
-            })
-        );
+        assert_eq!(config.shape, Shape::default());
+        // `--without` takes faults off the list `--faults` gives.
+        let Ok(Command::Replay { config, .. }) = parse(&args(
+            "replay --seed 1 --faults pause,crash --without crash",
+        )) else {
+            panic!("replay did not parse");
+        };
+        assert_eq!(config.shape.faults, Faults::none().with(FaultKind::Pause));
         // The options printed for a failing seed parse back to the same run.
         let mut config = Config::default();
         config.shape.callers = 5;
         config.shape.faults = Faults::none().with(FaultKind::Pause);
         config.variant = Variant::CachedFailure;
         let line = format!("replay --seed 9 {}", run_options(&config));
-        assert_eq!(parse(&args(&line)), Ok(Command::Replay { seed: 9, config }));
+        assert_eq!(
+            parse(&args(&line)).ok(),
+            Some(Command::Replay { seed: 9, config })
+        );
         let none = Config {
             shape: Shape {
                 faults: Faults::none(),
@@ -449,8 +541,8 @@ mod tests {
         };
         let line = format!("replay --seed 1 {}", run_options(&none));
         assert_eq!(
-            parse(&args(&line)),
-            Ok(Command::Replay {
+            parse(&args(&line)).ok(),
+            Some(Command::Replay {
                 seed: 1,
                 config: none
             })
@@ -460,15 +552,44 @@ mod tests {
             "explore --seeds",
             "explore --seeds ten",
             "explore --seeds 1 --callers 0",
+            "explore --seeds 1 --callers 1001",
             "explore --seeds 1 --faults gremlins",
+            "explore --seeds 1 --without gremlins",
             "replay --seed 1 --variant nope",
             "replay",
             "frobnicate",
             "table --seeds 3",
-            "table --redis",
-            "table --trace --redis redis://127.0.0.1:1",
+            "table --redis redis://127.0.0.1:1",
         ] {
-            assert!(parse(&args(bad)).is_err(), "{bad} was accepted");
+            let err = parse(&args(bad)).expect_err(bad);
+            assert!(
+                !matches!(
+                    err.kind(),
+                    ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+                ),
+                "{bad}: {err}"
+            );
         }
+    }
+
+    #[test]
+    fn a_usage_error_names_the_tool_the_fault_and_the_usage_of_its_command() {
+        let line = args("explore --seeds 1 --faults gremlins");
+        let err = parse(&line).expect_err("an unknown fault");
+        let text = usage_error(&err, &line);
+        assert!(text.starts_with("idem-sim: "), "{text}");
+        assert!(
+            text.contains("gremlins") && text.contains("known: "),
+            "{text}"
+        );
+        assert!(text.contains("USAGE: idem-sim explore"), "{text}");
+        assert!(text.contains("idem-sim explore --help"), "{text}");
+        let line = args("jump");
+        let text = usage_error(&parse(&line).expect_err("no such command"), &line);
+        assert!(text.contains("'jump'"), "{text}");
+        assert!(
+            text.contains("USAGE: idem-sim ") && text.contains("idem-sim replay --seed S"),
+            "{text}"
+        );
     }
 }

@@ -80,3 +80,71 @@ fn bad_arguments_exit_with_status_two_and_say_why() {
     assert_eq!(code, 0);
     assert!(out.contains("explore --seeds N"));
 }
+
+#[test]
+fn help_and_version_go_to_stdout_with_status_zero() {
+    for args in [&["--help"][..], &["-h"], &["help"]] {
+        let (code, out, err) = idem_sim(args);
+        assert_eq!(code, 0, "{args:?}");
+        assert!(err.is_empty(), "{args:?}: {err}");
+        for command in ["table", "explore", "replay"] {
+            assert!(
+                out.contains(command),
+                "{args:?} does not name {command}: {out}"
+            );
+        }
+        assert!(out.contains("EXIT STATUS"), "{out}");
+    }
+    // Each command has its own, naming its options.
+    let (code, out, _) = idem_sim(&["explore", "--help"]);
+    assert_eq!(code, 0);
+    for option in [
+        "--seeds",
+        "--from",
+        "--callers",
+        "--faults",
+        "--without",
+        "--variant",
+    ] {
+        assert!(out.contains(option), "explore --help lacks {option}: {out}");
+    }
+    assert!(out.contains("result-cache") && out.contains("release-on-abandon"));
+    let (code, out, _) = idem_sim(&["help", "replay"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--seed <S>"), "{out}");
+    let (code, out, err) = idem_sim(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!("idem-sim {}", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(idem_sim(&["-V"]).1, out);
+}
+
+#[test]
+fn a_usage_error_prints_the_usage_of_the_command_given() {
+    let (code, out, err) = idem_sim(&["explore", "--seeds", "1", "--callers", "0"]);
+    assert_eq!(code, 2);
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.starts_with("idem-sim: ") && err.contains("--callers"),
+        "{err}"
+    );
+    assert!(err.contains("USAGE: idem-sim explore"), "{err}");
+    // The Redis modes are idem-bench's now.
+    let (code, _, err) = idem_sim(&["table", "--redis", "redis://127.0.0.1:6379"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'--redis'"), "{err}");
+    let (code, _, _) = idem_sim(&["bench", "--redis", "redis://127.0.0.1:6379"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn an_exploration_draws_nothing_on_a_stderr_that_is_not_a_terminal() {
+    // Long enough that a terminal would get a progress bar.
+    let (code, out, err) = idem_sim(&["explore", "--seeds", "3000", "--callers", "30"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(err.is_empty(), "{err}");
+    assert!(out.contains("runs: 3000"), "{out}");
+}

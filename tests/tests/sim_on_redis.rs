@@ -1,5 +1,6 @@
-//! The simulation's Redis modes on a real `redis-server` started by the test: the article's
-//! table through the driver, and the bench's command counts.
+//! The simulation's rows on a real `redis-server` started by the test: the article's table
+//! through the driver (`idem-bench table`), and the bench's command counts
+//! (`idem-bench bench`).
 //!
 //! The server harness is the Redis adapter's own (one copy of it, compiled here too).
 
@@ -8,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use idem_sim::bench::{self, BenchConfig};
-use idem_sim::redis_table;
+use idem_bench::redis::bench::{self, BenchConfig};
+use idem_bench::redis::table as redis_table;
 use support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,12 +28,16 @@
 //! caller, so a seeded simulation replays an attempt exactly.
 
 mod backoff;
+mod lease;
 mod outcome;
+mod phase;
+mod retry;
 mod settle;
+mod steps;
 mod transaction;
 
-use crate::options::{InFlightPolicy, Options, StoreFailurePolicy};
-use crate::record::{Command, CommandKind, Completion, Reply, StoredResult};
+use crate::options::Options;
+use crate::record::{CommandKind, Completion, Reply};
 use crate::time::Timestamp;
 use crate::{Fingerprint, Key, Operation, OwnerToken};
 
@@ -42,6 +46,7 @@ pub use outcome::{
     Abandonment, ActionResult, Execution, LeaseState, Outcome, Protection, ProtocolError,
     Recording, Step,
 };
+use phase::{Acting, AfterRelease, Completing, Outstanding, Phase};
 
 /// One caller's attempt at one request; see the [module docs](self).
 #[derive(Debug, Clone)]
@@ -76,75 +81,6 @@ pub struct Attempt {
     transactional: bool,
     /// The command given up at its reply deadline by the last `poll`, not yet taken.
     given_up: Option<CommandKind>,
-}
-
-/// The command awaiting its reply.
-#[derive(Debug, Clone, Copy)]
-struct Outstanding {
-    kind: CommandKind,
-    sent_at: Timestamp,
-    reply_by: Timestamp,
-}
-
-#[derive(Debug, Clone)]
-enum Phase {
-    /// Reserve (or, while waiting, reserve again) at `not_before`.
-    Reserving {
-        not_before: Timestamp,
-        retries: u32,
-    },
-    /// The action is (about to be) running.
-    Acting(Acting),
-    /// Record the result.
-    Completing(Completing),
-    /// Read the record to learn whether a transactional complete whose reply was lost
-    /// committed (see the `transaction` module).
-    Probing(Completing),
-    /// Give the key up: after a failed action, or to settle an abandoned attempt.
-    Releasing {
-        not_before: Timestamp,
-        retries: u32,
-        after: AfterRelease,
-    },
-    Finished(Outcome),
-}
-
-/// What a release concludes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterRelease {
-    /// The action failed (`I5`).
-    ActionFailed,
-    /// The attempt was abandoned before its action started.
-    Abandoned,
-    /// A transactional action's writes were rolled back.
-    RolledBack,
-}
-
-#[derive(Debug, Clone)]
-struct Acting {
-    run_handed_out: bool,
-    protection: Protection,
-    result: Option<ActionResult>,
-    /// When to send the next renewal (caller's clock).
-    next_renew: Timestamp,
-    /// When the last confirmed lease ends, counted from when its command was sent.
-    confirmed_until: Timestamp,
-    /// Failed renewals in a row, for the backoff.
-    renew_failures: u32,
-}
-
-#[derive(Debug, Clone)]
-struct Completing {
-    result: StoredResult,
-    /// What the attempt reports once the record holds `result`.
-    recorded: Recording,
-    /// Whether the action panicked (the outcome is then [`Outcome::Panicked`]).
-    panicked: bool,
-    protection: Protection,
-    /// When the last confirmed lease ends (caller's clock); `None` when unprotected.
-    confirmed_until: Option<Timestamp>,
-    not_before: Timestamp,
-    retries: u32,
 }
 
 impl Attempt {
@@ -237,41 +173,6 @@ impl Attempt {
     /// Whether the driver [abandoned](Self::abandon) the attempt.
     pub fn is_abandoned(&self) -> bool {
         self.abandoned
-    }
-
-    /// The state of the reservation at `now`, for a driver that tells a running action
-    /// whether it still holds its key.
-    pub fn lease(&self, now: Timestamp) -> LeaseState {
-        match &self.phase {
-            Phase::Acting(acting) if acting.protection == Protection::FailedOpen => {
-                LeaseState::Unprotected
-            }
-            Phase::Acting(acting) => {
-                if self.lease_lost {
-                    LeaseState::Lost
-                } else if now >= acting.confirmed_until {
-                    LeaseState::Unconfirmed
-                } else {
-                    LeaseState::Held
-                }
-            }
-            _ => LeaseState::NotRunning,
-        }
-    }
-
-    /// While the action runs under a reservation that is not known lost: the instant
-    /// (caller's clock) until which the lease is confirmed. A driver that answers the
-    /// action's "do I still hold the key?" at the moment it is asked compares this with
-    /// its clock then, rather than trusting a state it computed earlier.
-    pub fn lease_confirmed_until(&self) -> Option<Timestamp> {
-        match &self.phase {
-            Phase::Acting(acting)
-                if acting.protection == Protection::Reserved && !self.lease_lost =>
-            {
-                Some(acting.confirmed_until)
-            }
-            _ => None,
-        }
     }
 
     /// The next thing to do at `now`; see [`Step`].
@@ -552,293 +453,5 @@ impl Attempt {
             && self.reserve_first_sent.is_none()
             && matches!(self.phase, Phase::Reserving { .. });
         waiting.then_some(self.notices_from.max(now))
-    }
-
-    fn complete_command(&self, result: StoredResult) -> Command {
-        Command::Complete {
-            owner: self.owner,
-            fingerprint: self.fingerprint,
-            result,
-            retention: self.options.retention(),
-        }
-    }
-
-    /// What of an action's result is recorded, and what the attempt reports once it is.
-    /// Rule 9: an oversized result is returned to the caller but not stored; the record is
-    /// completed without it, so a retry gets a clear error and never a second effect. An
-    /// unrecordable one likewise. Rule 11: a panic is recorded as such.
-    fn recordable(&self, result: ActionResult) -> Option<(StoredResult, Recording)> {
-        match result {
-            ActionResult::Succeeded(body) if body.len() <= self.options.max_body_bytes() => {
-                Some((StoredResult::Value(body), Recording::Stored))
-            }
-            ActionResult::Succeeded(_) | ActionResult::Unrecordable => {
-                Some((StoredResult::NotStored, Recording::StoredWithoutBody))
-            }
-            ActionResult::Panicked => Some((StoredResult::Panicked, Recording::Stored)),
-            ActionResult::Failed => None,
-        }
-    }
-
-    fn send(&mut self, kind: CommandKind, now: Timestamp) -> Step {
-        let owner = self.owner;
-        let command = match kind {
-            CommandKind::Reserve => Command::Reserve {
-                owner,
-                fingerprint: self.fingerprint,
-                lease: self.options.lease(),
-            },
-            CommandKind::Renew => Command::Renew {
-                owner,
-                lease: self.options.lease(),
-            },
-            CommandKind::Complete => self.complete_command(match &self.phase {
-                Phase::Completing(completing) => completing.result.clone(),
-                // `poll` sends a complete only from `Completing`.
-                _ => StoredResult::NotStored,
-            }),
-            CommandKind::Release => Command::Release { owner },
-            CommandKind::Read => Command::Read,
-        };
-        if kind == CommandKind::Reserve {
-            self.reserve_first_sent.get_or_insert(now);
-        }
-        let reply_by = now.saturating_add(self.options.reply_timeout());
-        self.outstanding = Some(Outstanding {
-            kind,
-            sent_at: now,
-            reply_by,
-        });
-        Step::Send { command, reply_by }
-    }
-
-    /// The outstanding command failed, its effect unknown: retry it with backoff, or, once
-    /// the retries are spent, end as the policy says.
-    fn fail_outstanding(&mut self, now: Timestamp) {
-        let Some(Outstanding { kind, .. }) = self.outstanding.take() else {
-            return;
-        };
-        self.sent_on_notice = false;
-        let max = self.options.store_retries();
-        let delay = self.backoff(self.retries_so_far());
-        let failure = self.options.on_store_failure();
-        match (&mut self.phase, kind) {
-            (
-                Phase::Reserving {
-                    not_before,
-                    retries,
-                },
-                CommandKind::Reserve,
-            ) => {
-                if *retries < max {
-                    *retries += 1;
-                    *not_before = now.saturating_add(delay);
-                } else if failure == StoreFailurePolicy::FailClosed {
-                    // One of the failed reserves may have landed: a driver that settles the
-                    // attempt ([`Attempt::abandon`]) releases it.
-                    self.phase = Phase::Finished(Outcome::StoreUnavailable);
-                } else {
-                    self.reserve_first_sent = None;
-                    self.phase = Phase::Acting(Acting {
-                        run_handed_out: false,
-                        protection: Protection::FailedOpen,
-                        result: None,
-                        next_renew: now,
-                        confirmed_until: now,
-                        renew_failures: 0,
-                    });
-                }
-            }
-            (Phase::Acting(acting), CommandKind::Renew) => {
-                acting.renew_failures = acting.renew_failures.saturating_add(1);
-                let retry = self
-                    .options
-                    .backoff_initial()
-                    .saturating_mul(1 << acting.renew_failures.min(16))
-                    .min(self.options.renew_every());
-                acting.next_renew = now.saturating_add(retry);
-            }
-            (Phase::Completing(_), CommandKind::Complete) if self.transactional => {
-                self.transactional_complete_failed(now, delay);
-            }
-            (Phase::Probing(probing), CommandKind::Read) => {
-                if probing.retries < max {
-                    probing.retries += 1;
-                    probing.not_before = now.saturating_add(delay);
-                } else {
-                    self.phase = Phase::Finished(Outcome::CommitUnknown);
-                }
-            }
-            (Phase::Completing(completing), CommandKind::Complete) => {
-                if completing.retries < max {
-                    completing.retries += 1;
-                    completing.not_before = now.saturating_add(delay);
-                } else {
-                    // As for a repeated complete: if the confirmed lease had ended by now,
-                    // the complete may have landed late, and a lapse cannot be ruled out.
-                    if self.completing_lapsed_by(now) && self.completing_reserved() {
-                        self.lease_lost = true;
-                    }
-                    self.finish_complete(Some(Recording::Unknown));
-                }
-            }
-            (
-                Phase::Releasing {
-                    not_before,
-                    retries,
-                    ..
-                },
-                CommandKind::Release,
-            ) => {
-                if *retries < max {
-                    *retries += 1;
-                    *not_before = now.saturating_add(delay);
-                } else {
-                    self.finish_release(false);
-                }
-            }
-            // The phase always matches the outstanding command: `send` sets both, and
-            // `abandon` moves the phase only with no command outstanding.
-            _ => {}
-        }
-    }
-
-    fn in_flight(&mut self, now: Timestamp) {
-        if self.options.in_flight() == InFlightPolicy::Raise {
-            self.phase = Phase::Finished(Outcome::InProgress);
-            return;
-        }
-        let deadline = *self
-            .wait_deadline
-            .get_or_insert_with(|| now.saturating_add(self.options.wait_deadline()));
-        if now >= deadline {
-            self.phase = Phase::Finished(Outcome::InProgress);
-            return;
-        }
-        let delay = self.backoff(self.waits);
-        self.waits = self.waits.saturating_add(1);
-        // The last poll happens at the deadline itself, so a holder that finishes just
-        // in time is still seen.
-        self.phase = Phase::Reserving {
-            not_before: now.saturating_add(delay).min(deadline),
-            retries: 0,
-        };
-    }
-
-    /// The phase that follows the action's end.
-    fn after_action(
-        &self,
-        result: ActionResult,
-        protection: Protection,
-        confirmed_until: Option<Timestamp>,
-        now: Timestamp,
-    ) -> Phase {
-        let panicked = result == ActionResult::Panicked;
-        if panicked && self.transactional {
-            // The transaction went with the panic, its writes rolled back: nothing happened,
-            // so the key is given back as after a failure.
-            return Phase::Releasing {
-                not_before: now,
-                retries: 0,
-                after: AfterRelease::ActionFailed,
-            };
-        }
-        match self.recordable(result) {
-            // The effect happened, or may have: record it (`I7`, rule 11).
-            Some((result, recorded)) => Phase::Completing(Completing {
-                result,
-                recorded,
-                panicked,
-                protection,
-                confirmed_until,
-                not_before: now,
-                retries: 0,
-            }),
-            // I5: a failure is never recorded; the key is given back.
-            None => Phase::Releasing {
-                not_before: now,
-                retries: 0,
-                after: AfterRelease::ActionFailed,
-            },
-        }
-    }
-
-    /// Ends a complete: as recorded (`None`), or as `recording` says.
-    fn finish_complete(&mut self, recording: Option<Recording>) {
-        if let Phase::Completing(completing) = &self.phase {
-            let execution = Execution {
-                protection: completing.protection,
-                record: recording.unwrap_or(completing.recorded),
-                lease_lost: self.lease_lost,
-            };
-            self.phase = Phase::Finished(if completing.panicked {
-                Outcome::Panicked(execution)
-            } else {
-                Outcome::Executed(execution)
-            });
-        }
-    }
-
-    /// Ends a release: confirmed (or nothing of ours left), or given up on.
-    fn finish_release(&mut self, released: bool) {
-        if let Phase::Releasing { after, .. } = self.phase {
-            self.phase = Phase::Finished(match after {
-                AfterRelease::ActionFailed => Outcome::ActionFailed { released },
-                AfterRelease::Abandoned if released => Outcome::Abandoned(Abandonment::Settled),
-                AfterRelease::Abandoned => Outcome::Abandoned(Abandonment::LeftToLease),
-                AfterRelease::RolledBack => Outcome::RolledBack { released },
-            });
-        }
-    }
-
-    /// Whether the result being recorded came from an action whose confirmed lease had
-    /// ended by `now`.
-    fn completing_lapsed_by(&self, now: Timestamp) -> bool {
-        match &self.phase {
-            Phase::Completing(completing) => {
-                completing.confirmed_until.is_some_and(|until| now >= until)
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether the result being recorded came from an action run under a reservation.
-    fn completing_reserved(&self) -> bool {
-        matches!(
-            &self.phase,
-            Phase::Completing(completing) if completing.protection == Protection::Reserved
-        )
-    }
-
-    fn retries_so_far(&self) -> u32 {
-        match &self.phase {
-            Phase::Reserving { retries, .. } | Phase::Releasing { retries, .. } => *retries,
-            Phase::Completing(completing) | Phase::Probing(completing) => completing.retries,
-            Phase::Acting(_) | Phase::Finished(_) => 0,
-        }
-    }
-
-    /// The lease end worth waking up for, while the action runs and the lease is held.
-    fn lease_watch(&self, now: Timestamp) -> Option<Timestamp> {
-        match &self.phase {
-            Phase::Acting(acting)
-                if acting.protection == Protection::Reserved
-                    && !self.lease_lost
-                    && acting.result.is_none()
-                    && now < acting.confirmed_until =>
-            {
-                Some(acting.confirmed_until)
-            }
-            _ => None,
-        }
-    }
-
-    fn backoff(&mut self, n: u32) -> std::time::Duration {
-        backoff::delay(
-            self.options.backoff_initial(),
-            self.options.backoff_max(),
-            n,
-            &mut self.jitter,
-        )
     }
 }

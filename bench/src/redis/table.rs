@@ -1,6 +1,6 @@
-//! `idem-sim table --redis URL`: the article's scenarios ([`SCENARIOS`]) through the
-//! driver on a real Redis, on real time: the rows, timings, expected responses and charges
-//! are the very ones the simulation prints.
+//! `idem-bench table --redis URL`: the article's scenarios ([`SCENARIOS`], from
+//! `idem-sim`) through the driver on a real Redis, on real time: the rows, timings,
+//! expected responses and charges are the very ones the simulation prints.
 //!
 //! The simulated table shows what each policy does on a model of time; this one shows that
 //! the same scenarios come out the same way through the whole stack: `Coordinator`,
@@ -18,11 +18,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem::{Coordinator, Error, Fingerprint, Options};
 use idem_redis::RedisStore;
+use idem_sim::{Call, RowResult, SCENARIOS, Scenario, TableStore};
 use redis::AsyncCommands;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
-
-use crate::table::{Call, RowResult, SCENARIOS, Scenario, TableStore};
 
 /// Why the table could not run.
 #[derive(Debug, thiserror::Error)]

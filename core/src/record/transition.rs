@@ -1,0 +1,209 @@
+//! The record machine's transitions: [`apply`] decides every (state, command) pair (MODEL.md,
+//! "The record machine: every (state, command) pair").
+
+use std::time::Duration;
+
+use super::{
+    Command, Completion, Record, Refusal, Reply, Reservation, StoredResult, Transition, Write,
+};
+use crate::time::Timestamp;
+use crate::{Fingerprint, OwnerToken};
+
+/// Whether a store that applied a complete inside the action's own transaction commits that
+/// transaction: only when the record machine recorded the result. Anything else (a refusal:
+/// the key is another owner's, or nothing live is left) rolls it back, so the action's
+/// writes and the record commit together or not at all (MODEL.md, "Effects that commit with
+/// the record").
+pub fn commits(reply: &Reply) -> bool {
+    matches!(reply, Reply::Completed(_))
+}
+
+/// One step of the record machine: the reply to `command` on a key whose stored state is
+/// `stored`, at the store's `now`, and the write that goes with it.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::record::{apply, Command, Reply};
+/// use idem_core::{Fingerprint, OwnerToken, Timestamp};
+///
+/// let fp = Fingerprint::of_bytes(b"charge o-1 100");
+/// let mut key = None;
+/// let now = Timestamp::from_millis(1_000);
+/// let reserve = |owner| Command::Reserve { owner, fingerprint: fp, lease: Duration::from_secs(30) };
+///
+/// let first = apply(key.as_ref(), reserve(OwnerToken::from_u128(1)), now).apply_to(&mut key);
+/// assert!(matches!(first, Reply::Reserved(_)));
+/// let second = apply(key.as_ref(), reserve(OwnerToken::from_u128(2)), now).apply_to(&mut key);
+/// assert!(matches!(second, Reply::InFlight { .. }));
+/// ```
+pub fn apply(stored: Option<&Record>, command: Command, now: Timestamp) -> Transition {
+    // I9: an expired record is an absent one, for every command.
+    let live = stored.filter(|record| !record.is_expired(now));
+    let mut transition = match command {
+        Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } => reserve(live, owner, fingerprint, lease, now),
+        Command::Complete {
+            owner,
+            fingerprint,
+            result,
+            retention,
+        } => complete(live, owner, fingerprint, result, retention, now),
+        Command::Renew { owner, lease } => renew(live, owner, lease, now),
+        Command::Release { owner } => release(live, owner),
+        Command::Read => Transition::unchanged(Reply::Read(live.cloned())),
+    };
+    if stored.is_some() && live.is_none() && transition.write == Write::Unchanged {
+        // Forget the expired record, so a store that applies writes stays bounded.
+        transition.write = Write::Delete;
+    }
+    transition
+}
+
+fn reserve(
+    live: Option<&Record>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    now: Timestamp,
+) -> Transition {
+    let Some(record) = live else {
+        // I1: the key is free, so this caller becomes its one live holder.
+        let lease_until = now.saturating_add(lease);
+        return Transition {
+            reply: Reply::Reserved(Reservation {
+                owner,
+                lease_until: Some(lease_until),
+            }),
+            write: Write::Put(Record::Pending {
+                owner,
+                fingerprint,
+                lease_until,
+            }),
+        };
+    };
+    Transition::unchanged(reserve_live(record, owner, fingerprint))
+}
+
+/// The answer to a reserve of a **live** record, which changes nothing and reads no clock:
+/// key reuse for another fingerprint (`I4`), the owner's own reservation back (`I11`), "in
+/// flight" for another owner's, or the completed result. A store that learns a key is live
+/// without reading its clock (the Redis single-command reserve) asks this function, so that
+/// "needs no clock" is a fact of the signature.
+pub fn reserve_live(record: &Record, owner: OwnerToken, fingerprint: Fingerprint) -> Reply {
+    if record.fingerprint() != fingerprint {
+        // I4: another request's record; never replayed, never waited for.
+        return Reply::KeyReuse {
+            stored: record.fingerprint(),
+        };
+    }
+    match record {
+        Record::Pending {
+            owner: holder,
+            lease_until,
+            ..
+        } if *holder == owner => Reply::Reserved(Reservation {
+            // I11: the owner's retried reserve gets its reservation back, unchanged.
+            owner,
+            lease_until: Some(*lease_until),
+        }),
+        Record::Pending { lease_until, .. } => Reply::InFlight {
+            lease_until: *lease_until,
+        },
+        Record::Completed { result, .. } => Reply::Replay {
+            result: result.clone(),
+        },
+    }
+}
+
+fn complete(
+    live: Option<&Record>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    result: StoredResult,
+    retention: Duration,
+    now: Timestamp,
+) -> Transition {
+    let expires_at = now.saturating_add(retention);
+    match live {
+        // The lease ran out and nobody took the key: the effect happened, so record it
+        // (MODEL.md, "Late complete").
+        None => Transition {
+            reply: Reply::Completed(Completion::AfterLeaseExpiry),
+            write: Write::Put(Record::Completed {
+                owner,
+                fingerprint,
+                result,
+                expires_at,
+            }),
+        },
+        // I2: only the owner's reservation becomes its result.
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending {
+            fingerprint: held, ..
+        }) => Transition {
+            reply: Reply::Completed(Completion::InTime),
+            write: Write::Put(Record::Completed {
+                owner,
+                fingerprint: *held,
+                result,
+                expires_at,
+            }),
+        },
+        // I3: a completed record is never changed before it expires.
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Completed(Completion::Repeated))
+        }
+    }
+}
+
+fn renew(live: Option<&Record>, owner: OwnerToken, lease: Duration, now: Timestamp) -> Transition {
+    match live {
+        None => Transition::unchanged(Reply::Refused(Refusal::LeaseLost)),
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending {
+            fingerprint,
+            lease_until,
+            ..
+        }) => {
+            // I10: a lease only ever grows.
+            let lease_until = (*lease_until).max(now.saturating_add(lease));
+            Transition {
+                reply: Reply::Renewed(Reservation {
+                    owner,
+                    lease_until: Some(lease_until),
+                }),
+                write: Write::Put(Record::Pending {
+                    owner,
+                    fingerprint: *fingerprint,
+                    lease_until,
+                }),
+            }
+        }
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Refused(Refusal::AlreadyCompleted))
+        }
+    }
+}
+
+fn release(live: Option<&Record>, owner: OwnerToken) -> Transition {
+    match live {
+        None => Transition::unchanged(Reply::Refused(Refusal::LeaseLost)),
+        Some(record) if record.owner() != owner => {
+            Transition::unchanged(Reply::Refused(Refusal::NotOwner))
+        }
+        Some(Record::Pending { .. }) => Transition {
+            reply: Reply::Released,
+            write: Write::Delete,
+        },
+        Some(Record::Completed { .. }) => {
+            Transition::unchanged(Reply::Refused(Refusal::AlreadyCompleted))
+        }
+    }
+}

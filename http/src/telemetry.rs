@@ -1,0 +1,185 @@
+//! What the layer tells tracing and, with the `metrics` feature, the `metrics` facade:
+//! the route a request took, and one event per decision.
+
+use std::fmt;
+
+use http::Method;
+use http::request::Parts;
+use idem::{Fingerprint, Operation, OperationError};
+
+use crate::problem::ProblemType;
+
+/// The route a request took: its method and its route template (axum's `MatchedPath`), or
+/// its path when there is no template.
+pub(crate) struct Route {
+    method: Method,
+    template: Template,
+}
+
+enum Template {
+    #[cfg(feature = "axum")]
+    Matched(axum::extract::MatchedPath),
+    Path(http::Uri),
+}
+
+impl Template {
+    fn as_str(&self) -> &str {
+        match self {
+            #[cfg(feature = "axum")]
+            Template::Matched(matched) => matched.as_str(),
+            Template::Path(uri) => uri.path(),
+        }
+    }
+}
+
+impl Route {
+    pub(crate) fn of(parts: &Parts) -> Self {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = parts.extensions.get::<axum::extract::MatchedPath>() {
+            return Self {
+                method: parts.method.clone(),
+                template: Template::Matched(matched.clone()),
+            };
+        }
+        Self {
+            method: parts.method.clone(),
+            template: Template::Path(parts.uri.clone()),
+        }
+    }
+
+    /// The operation named after this route: the method, then the template with `/` as
+    /// `.` and every byte other than an ASCII letter, digit or `-` written `_XX` (hex), so
+    /// that two routes never share a name (`POST /charges` is `POST.charges`,
+    /// `POST /orders/{id}/refund` is `POST.orders._7Bid_7D.refund`). A name longer than
+    /// `max` bytes is replaced by `h-` and 128 bits of a SHA-256 of the method and template.
+    pub(crate) fn operation(&self, max: usize) -> Result<Operation, OperationError> {
+        let template = self.template.as_str();
+        let mut name = String::with_capacity(self.method.as_str().len() + template.len() + 8);
+        escape(self.method.as_str(), &mut name);
+        if !template.starts_with('/') {
+            // A space can occur in neither a method nor a path: the escape of one keeps a
+            // template without a leading `/` apart from every template with one.
+            name.push_str("_20");
+        }
+        escape(template, &mut name);
+        if name.len() > max {
+            let digest = Fingerprint::of_bytes(format!("{} {template}", self.method).as_bytes());
+            name = format!("h-{}", &digest.to_string()[..32]);
+        }
+        Operation::new(name)
+    }
+
+    /// Counts `event` for this route.
+    pub(crate) fn count(&self, event: Event) {
+        #[cfg(feature = "metrics")]
+        {
+            let route = self.to_string();
+            match event {
+                Event::Problem(kind) => {
+                    metrics::counter!(event.name(), "route" => route, "type" => kind.name())
+                        .increment(1);
+                }
+                _ => metrics::counter!(event.name(), "route" => route).increment(1),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = event;
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.template.as_str())
+    }
+}
+
+/// `/` → `.`; ASCII letters, digits and `-` kept; any other byte → `_XX`.
+fn escape(text: &str, out: &mut String) {
+    use std::fmt::Write;
+    for byte in text.bytes() {
+        match byte {
+            b'/' => out.push('.'),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' => out.push(char::from(byte)),
+            _ => {
+                let _ = write!(out, "_{byte:02X}");
+            }
+        }
+    }
+}
+
+/// One decision of the layer, counted per route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The handler ran under a reservation and its response was recorded.
+    Executed,
+    /// A stored response was replayed.
+    Replayed,
+    /// The request found an identical one holding the key and waited for it.
+    Waited,
+    /// Answered 409: an identical request is in progress.
+    Conflict,
+    /// Answered 422: the key was used for another request.
+    KeyReuse,
+    /// The handler's response was released, not recorded (5xx by default).
+    Released,
+    /// The handler ran unprotected: the store failed open.
+    FailedOpen,
+    /// The handler ran, but its lease lapsed while it did.
+    LeaseLost,
+    /// Answered with a problem of this type.
+    Problem(ProblemType),
+}
+
+impl Event {
+    /// The counter's name.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Event::Executed => "idem_http_executed_total",
+            Event::Replayed => "idem_http_replays_total",
+            Event::Waited => "idem_http_waits_total",
+            Event::Conflict => "idem_http_conflicts_total",
+            Event::KeyReuse => "idem_http_key_reuse_total",
+            Event::Released => "idem_http_released_total",
+            Event::FailedOpen => "idem_http_failed_open_total",
+            Event::LeaseLost => "idem_http_lease_lost_total",
+            Event::Problem(_) => "idem_http_problems_total",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operation(method: Method, path: &str, max: usize) -> String {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        Route::of(&parts)
+            .operation(max)
+            .unwrap()
+            .as_str()
+            .to_owned()
+    }
+
+    #[test]
+    fn routes_name_operations_readably_and_never_two_alike() {
+        assert_eq!(operation(Method::POST, "/charges", 100), "POST.charges");
+        assert_eq!(operation(Method::PATCH, "/charges", 100), "PATCH.charges");
+        assert_eq!(operation(Method::POST, "/a.b", 100), "POST.a_2Eb");
+        assert_eq!(operation(Method::POST, "/a/b", 100), "POST.a.b");
+        assert_eq!(operation(Method::POST, "/a_b", 100), "POST.a_5Fb");
+        assert_eq!(operation(Method::POST, "/a_2Eb", 100), "POST.a_5F2Eb");
+        assert_eq!(operation(Method::POST, "/", 100), "POST.");
+        assert_eq!(operation(Method::OPTIONS, "*", 100), "OPTIONS_20_2A");
+        let long = format!("/{}", "x".repeat(80));
+        let hashed = operation(Method::POST, &long, 65);
+        assert!(hashed.starts_with("h-") && hashed.len() == 34, "{hashed}");
+        assert_ne!(hashed, operation(Method::PATCH, &long, 65));
+        assert_eq!(operation(Method::POST, &long, 100).len(), 85);
+    }
+}

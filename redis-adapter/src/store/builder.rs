@@ -1,0 +1,251 @@
+//! The store's settings and how it connects: [`RedisStoreBuilder`], a standalone server
+//! (through a reconnecting connection manager, at once or on the first command) or a
+//! Cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::RedisError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use thiserror::Error;
+
+use super::connection::Connection;
+use super::stats::Counters;
+use super::{Inner, RedisStore};
+use crate::layout::KeyLayout;
+use crate::scripts::Scripts;
+use crate::watch::Watch;
+
+/// The per-command timeout used when none is configured: a backstop, not a decision.
+///
+/// How long a store reply is awaited is the attempt's to say (rule 12): every command the
+/// driver sends carries the attempt's reply deadline (`Options::reply_timeout`, 500 ms by
+/// default), and the driver drops the command when it passes, long before this backstop.
+/// The backstop only bounds a command that nothing else bounds (a caller of
+/// [`Store::apply`] that sets no deadline of its own), so it is set well above any reply
+/// timeout an attempt uses.
+///
+/// [`Store::apply`]: idem::Store::apply
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connect timeout used when none is configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The store could not be set up.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL or client configuration was refused.
+    #[error("invalid Redis configuration: {0}")]
+    Config(#[source] RedisError),
+    /// The first connection could not be made.
+    #[error("could not connect to Redis: {0}")]
+    Connect(#[source] RedisError),
+    /// The first connection did not complete within the connect timeout.
+    #[error("connecting to Redis took longer than {0:?}")]
+    ConnectTimeout(Duration),
+}
+
+/// Settings for [`RedisStore`]; see [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+pub struct RedisStoreBuilder {
+    layout: KeyLayout,
+    command_timeout: Duration,
+    connect_timeout: Duration,
+    watch: bool,
+    claim: bool,
+}
+
+impl Default for RedisStoreBuilder {
+    fn default() -> Self {
+        Self {
+            layout: KeyLayout::default(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            watch: true,
+            claim: true,
+        }
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every record key (default `idem:`); see [`crate::layout`].
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.layout = KeyLayout::new(prefix);
+        self
+    }
+
+    /// The backstop on one command, round trips and script loading included (default
+    /// [`DEFAULT_COMMAND_TIMEOUT`], 5 s). A command that takes longer fails with
+    /// [`StoreError::Unavailable`], and may still have run on the server. Zero is raised to
+    /// one millisecond. A reserve that the single-command path hands to the script is two
+    /// commands, each with this timeout.
+    ///
+    /// This is not how long a call waits for Redis: the attempt's own reply deadline
+    /// (`Options::reply_timeout` of `idem`, 500 ms by default) governs, and the driver drops
+    /// a command whose deadline passed, then retries it as the attempt's policy says
+    /// (rule 12). Keep the backstop above the reply timeout, so that it never decides for
+    /// the attempt; it bounds only commands sent with no deadline of their own.
+    ///
+    /// [`StoreError::Unavailable`]: idem::StoreError::Unavailable
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long making a connection may take (default 1 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Whether a standalone store announces completes and releases on the channel
+    /// `{prefix}changed` and wakes its waiters with them (default on); see
+    /// [`Store::changed`]. Without it, waiters reserve again at their backoff. A Cluster
+    /// store never watches.
+    ///
+    /// [`Store::changed`]: idem::Store::changed
+    #[must_use]
+    pub fn watch(mut self, watch: bool) -> Self {
+        self.watch = watch;
+        self
+    }
+
+    /// Whether a reserve is first tried as one plain command, `SET key <claim> NX PX
+    /// <lease-1> GET` (default on; see [`crate::claim`]). It answers a fresh key, a
+    /// replay, key reuse and a waiter's repeated reserve without a script, and hands the
+    /// rest to the reserve script, at the cost of a second request. Off, every reserve is
+    /// the script. A grant made by the claim reports no lease end
+    /// ([`idem_core::Reservation::lease_until`] is `None`).
+    ///
+    /// The claim is a record state (5) that a store from before this option existed reads
+    /// as corrupt: while such stores share a server with this one, turn the option off, and
+    /// on once every instance runs a version that has it.
+    #[must_use]
+    pub fn single_command_reserve(mut self, on: bool) -> Self {
+        self.claim = on;
+        self
+    }
+
+    /// Connects to a standalone server at `url` (`redis://host:port/db`).
+    pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
+        let client = redis::Client::open(url).map_err(ConnectError::Config)?;
+        self.from_client(client).await
+    }
+
+    /// Uses `client` for a standalone server, through a reconnecting connection manager
+    /// configured with this builder's timeouts.
+    pub async fn from_client(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let config = self.manager_config();
+        let manager = self
+            .first_connection(ConnectionManager::new_with_config(client.clone(), config))
+            .await?;
+        let watch = if self.watch {
+            let channel = format!("{}changed", self.layout.prefix());
+            Some(Watch::start(client, channel, self.connect_timeout).await)
+        } else {
+            None
+        };
+        Ok(self.build(Connection::Standalone(manager), watch))
+    }
+
+    /// A standalone store that connects on its first command, so that a service can start
+    /// while Redis is down: its calls then fail open or closed as configured, and succeed
+    /// once the server is up. Only a malformed URL is refused. Must be called inside a
+    /// tokio runtime.
+    pub fn connect_lazy(self, url: &str) -> Result<RedisStore, ConnectError> {
+        let client = redis::Client::open(url).map_err(ConnectError::Config)?;
+        self.from_client_lazy(client)
+    }
+
+    /// As [`connect_lazy`](Self::connect_lazy), with an existing client.
+    pub fn from_client_lazy(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let manager =
+            ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
+                .map_err(ConnectError::Config)?;
+        let watch = self.watch.then(|| {
+            let channel = format!("{}changed", self.layout.prefix());
+            Watch::spawn(client, channel, self.connect_timeout).0
+        });
+        Ok(self.build(Connection::Standalone(manager), watch))
+    }
+
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.command_timeout))
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(self.connect_timeout)
+    }
+
+    /// Connects to a Cluster through any of its nodes (`redis://host:port` each).
+    ///
+    /// The Cluster client is built with no request retries of its own (redis-rs retries a
+    /// failed or redirected request up to 16 times by default): a command that fails,
+    /// times out or meets a redirection (`MOVED`, `ASK`, `TRYAGAIN`) comes back as
+    /// [`StoreError::Unavailable`] at once, and the attempt's retry policy, with its
+    /// backoff and its count, is the only one (rule 12). The client still refreshes its
+    /// slot map after a redirection, so the attempt's retry goes to the right node.
+    ///
+    /// [`StoreError::Unavailable`]: idem::StoreError::Unavailable
+    pub async fn connect_cluster<I, U>(self, nodes: I) -> Result<RedisStore, ConnectError>
+    where
+        I: IntoIterator<Item = U>,
+        U: redis::IntoConnectionInfo,
+    {
+        let client = ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.command_timeout)
+            .overall_response_timeout(Some(self.command_timeout))
+            .retries(0)
+            .build()
+            .map_err(ConnectError::Config)?;
+        self.from_cluster_client(client).await
+    }
+
+    /// Uses an existing Cluster client. Whatever timeouts it was built with, each command
+    /// is also bounded by this builder's command timeout. Its request retries are its own:
+    /// build it with `ClusterClientBuilder::retries(0)`, as
+    /// [`connect_cluster`](Self::connect_cluster) does, so that the attempt's retry policy
+    /// is the only one.
+    pub async fn from_cluster_client(
+        self,
+        client: ClusterClient,
+    ) -> Result<RedisStore, ConnectError> {
+        let connection = self
+            .first_connection(async move { client.get_async_connection().await })
+            .await?;
+        Ok(self.build(Connection::Cluster(connection), None))
+    }
+
+    async fn first_connection<C>(
+        &self,
+        connecting: impl Future<Output = Result<C, RedisError>>,
+    ) -> Result<C, ConnectError> {
+        // Room for the connection manager's own retries.
+        let limit = self.connect_timeout.saturating_mul(4);
+        match tokio::time::timeout(limit, connecting).await {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(error)) => Err(ConnectError::Connect(error)),
+            Err(_) => Err(ConnectError::ConnectTimeout(limit)),
+        }
+    }
+
+    fn build(self, connection: Connection, watch: Option<Watch>) -> RedisStore {
+        RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                watch,
+                layout: self.layout,
+                command_timeout: self.command_timeout,
+                claim: self.claim,
+                scripts: Scripts::new(),
+                counters: Counters::default(),
+            }),
+        }
+    }
+}

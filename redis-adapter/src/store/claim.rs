@@ -1,0 +1,98 @@
+//! The single-command reserve ([`crate::claim`]) as the store sends it: which reserves try
+//! it, the `SET … NX … GET` itself, and how its answer is decided.
+
+use idem::StoreError;
+use idem_core::record::{Command, Reply};
+use idem_core::{Key, Operation};
+use redis::Value;
+
+use super::RedisStore;
+use super::connection::Connection;
+use super::reply::UnexpectedReply;
+use crate::claim::{self, Decision};
+use crate::codec;
+
+/// The longest lease the single-command reserve takes, 2^52 ms (some 142,000 years): its
+/// end stays below [`MAX_DEADLINE_MS`] while the server's clock is below 2^52 ms. A longer
+/// lease goes to the reserve script, which caps its end.
+///
+/// [`MAX_DEADLINE_MS`]: crate::codec::MAX_DEADLINE_MS
+pub const MAX_CLAIM_LEASE_MS: u64 = 1 << 52;
+
+impl RedisStore {
+    /// The lease of `command` in milliseconds if it is a reserve to try as a claim. The key
+    /// expires one millisecond before the lease end, so a lease under two milliseconds
+    /// (only a test sends one) is left to the script; so is one over [`MAX_CLAIM_LEASE_MS`],
+    /// whose end could pass the largest deadline a record holds, where the script caps it.
+    pub(super) fn claim_lease(&self, command: &Command) -> Option<u64> {
+        let Command::Reserve { lease, .. } = command else {
+            return None;
+        };
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        (self.inner.claim && (2..=MAX_CLAIM_LEASE_MS).contains(&lease_ms)).then_some(lease_ms)
+    }
+
+    /// The single-command reserve ([`crate::claim`]) with a lease of `lease_ms`: the record
+    /// machine's reply, or `None` when the reserve script must decide.
+    pub(super) async fn claim(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+        lease_ms: u64,
+    ) -> Result<Option<Reply>, StoreError> {
+        let Command::Reserve {
+            owner, fingerprint, ..
+        } = command
+        else {
+            return Ok(None);
+        };
+        let redis_key = self.inner.layout.record_key(operation, key);
+        let mut set = redis::cmd("SET");
+        set.arg(&redis_key)
+            .arg(codec::encode_claim(*owner, *fingerprint))
+            .arg("NX")
+            .arg("PX")
+            .arg(lease_ms - 1)
+            .arg("GET");
+        let call = async {
+            let reply = match &self.inner.connection {
+                Connection::Standalone(manager) => {
+                    set.query_async::<Value>(&mut manager.clone()).await
+                }
+                Connection::Cluster(cluster) => {
+                    set.query_async::<Value>(&mut cluster.clone()).await
+                }
+            };
+            match reply {
+                // The server refused the command, so it changed nothing: a key of another
+                // type (`WRONGTYPE`), or a write refused where the script may still answer
+                // by reading (`OOM` under `maxmemory`, which refuses `SET … NX` even when
+                // it would not write). The script decides, or reports the error itself.
+                Err(error) if error.code().is_some() => Ok(None),
+                other => other.map(Some),
+            }
+        };
+        let held = match self.within_timeout(command, call).await? {
+            None => return Ok(None),
+            Some(Value::Nil) => None,
+            Some(Value::BulkString(bytes)) => Some(bytes),
+            Some(other) => {
+                return Err(StoreError::unavailable(
+                    command,
+                    UnexpectedReply {
+                        script: "claim",
+                        detail: format!("{other:?}"),
+                    },
+                ));
+            }
+        };
+        let watch = self.inner.watch.is_some();
+        Ok(
+            match claim::decide(held.as_deref(), *owner, *fingerprint, watch) {
+                Decision::Answer(reply) => Some(reply),
+                Decision::Script => None,
+            },
+        )
+    }
+}

@@ -1,0 +1,147 @@
+//! [`RedisStore`]: the record machine on Redis, standalone or Cluster.
+//!
+//! - [`builder`]: the settings, and connecting to a server or a Cluster;
+//! - [`connection`]: the connection commands go out on, and the backstop timeout;
+//! - [`claim`]: a reserve tried as the single command `SET … NX … GET`;
+//! - [`script`]: every other command as its Lua script;
+//! - [`reply`]: a script's reply read as the record machine's;
+//! - [`stats`]: what the store counts.
+
+mod builder;
+mod claim;
+mod connection;
+mod reply;
+mod script;
+mod stats;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{Store, StoreError};
+use idem_core::record::{Command, Reply};
+use idem_core::{Key, Operation, Timestamp};
+
+use crate::layout::KeyLayout;
+use crate::scripts::Scripts;
+use crate::watch::Watch;
+
+pub use self::builder::{
+    ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, RedisStoreBuilder,
+};
+pub use self::claim::MAX_CLAIM_LEASE_MS;
+pub use self::connection::CommandTimeout;
+pub use self::reply::UnexpectedReply;
+pub use self::stats::StoreStats;
+
+use self::connection::Connection;
+use self::stats::Counters;
+
+/// The record machine on Redis: a [`Store`] for a standalone server or a Cluster.
+///
+/// Every command is one Lua script on one key ([`crate::scripts`]), judged by the server's
+/// clock, except that a reserve is first tried as one plain `SET … NX … GET`
+/// ([`crate::claim`]); records are laid out as in [`crate::codec`] under the keys of
+/// [`crate::layout`]. Cheap to clone: clones share one connection.
+///
+/// Every failure whose effect is unknown (a timeout, a dropped connection, a server error
+/// such as a failover's `READONLY` or `CLUSTERDOWN`) is [`StoreError::Unavailable`]; the
+/// attempt machine then retries with the same owner token, which the reserve script
+/// recognises (`I11`).
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    watch: Option<Watch>,
+    layout: KeyLayout,
+    command_timeout: Duration,
+    claim: bool,
+    scripts: Scripts,
+    counters: Counters,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("connection", &self.connection)
+            .field("layout", &self.layout)
+            .field("command_timeout", &self.command_timeout)
+            .field("watch", &self.watch.as_ref().map(Watch::channel))
+            .field("single_command_reserve", &self.claim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Settings: prefix, timeouts; then connect.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
+    /// Connects to a standalone server at `url` with the default settings.
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        Self::builder().connect(url).await
+    }
+
+    /// How record keys are named.
+    pub fn layout(&self) -> &KeyLayout {
+        &self.inner.layout
+    }
+
+    /// The per-command backstop timeout (see
+    /// [`RedisStoreBuilder::command_timeout`]).
+    pub fn command_timeout(&self) -> Duration {
+        self.inner.command_timeout
+    }
+
+    /// Like [`Store::apply`], and also returns the server's clock (milliseconds since the
+    /// Unix epoch) at which the script decided: the `now` of `idem_core::record::apply`.
+    /// Always runs the command's script, never the single-command reserve (which does not
+    /// read the clock).
+    pub async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let result = self.run(operation, key, &command).await;
+        self.count(result)
+    }
+}
+
+impl Store for RedisStore {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        if let Some(lease_ms) = self.claim_lease(&command)
+            && let Some(reply) = self.count(self.claim(operation, key, &command, lease_ms).await)?
+        {
+            return Ok(reply);
+        }
+        self.apply_timed(operation, key, command)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// On a standalone store with its watch on, resolves when a complete or release of
+    /// this record is announced (see [`crate::watch`]); otherwise never, and the waiter's
+    /// backoff governs.
+    fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        let watch = self.inner.watch.as_ref().map(|watch| {
+            let redis_key = self.inner.layout.record_key(operation, key);
+            watch.changed(redis_key)
+        });
+        async move {
+            match watch {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}

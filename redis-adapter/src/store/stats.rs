@@ -1,0 +1,55 @@
+//! What a store counts: [`StoreStats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use idem::StoreError;
+
+use super::RedisStore;
+
+/// Counters of what the store has seen since it was built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Commands sent.
+    pub commands: u64,
+    /// Commands that ended in [`StoreError::Unavailable`] (timeout, I/O error, server
+    /// error): their outcome is unknown.
+    pub unavailable: u64,
+    /// Commands refused because the key holds a value this adapter did not write.
+    pub corrupt: u64,
+}
+
+/// The counts behind [`StoreStats`], shared by a store's clones.
+#[derive(Default)]
+pub(super) struct Counters {
+    commands: AtomicU64,
+    unavailable: AtomicU64,
+    corrupt: AtomicU64,
+}
+
+impl RedisStore {
+    /// What the store has counted so far.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.inner.counters;
+        StoreStats {
+            commands: c.commands.load(Ordering::Relaxed),
+            unavailable: c.unavailable.load(Ordering::Relaxed),
+            corrupt: c.corrupt.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts one request and how it ended.
+    pub(super) fn count<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let counters = &self.inner.counters;
+        counters.commands.fetch_add(1, Ordering::Relaxed);
+        match &result {
+            Err(StoreError::Corrupt { .. }) => {
+                counters.corrupt.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                counters.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => {}
+        }
+        result
+    }
+}
