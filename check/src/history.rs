@@ -12,6 +12,8 @@
 //!   nothing by its reply deadline);
 //! - the action: when it was handed out (**run**, under a reservation or unprotected), its
 //!   **charge** (a line of the card statement, which the history keeps), how it **ended**;
+//!   for a **transactional** action, the writes it made uncommitted and their **commit**
+//!   with the record (a line of the statement too);
 //! - abnormal ends: a holder that **crashed** or **paused**, an attempt **abandoned** by its
 //!   driver and how its **settlement** ended, a caller that got **stuck**, a driver that fed
 //!   the machine an input it refused;
@@ -147,6 +149,22 @@ pub enum EventKind {
     },
     /// The action ended.
     ActionEnded(ActionEnd),
+    /// The attempt's action is transactional (MODEL.md, "Effects that commit with the
+    /// record"): its effect is writes in the store's own database that commit with its
+    /// complete, or not at all. Written before anything else of the attempt.
+    Transactional,
+    /// The transactional action made its writes, uncommitted, naming them `id` (its value):
+    /// they become an effect only if the store commits them with the record.
+    Wrote {
+        /// What the writes are called, and what the action returns.
+        id: String,
+    },
+    /// The store committed the action's writes with the complete it just applied: line
+    /// `charge` of the statement, under the id the writes were given.
+    Committed {
+        /// An index into [`History::statement`]'s lines.
+        charge: usize,
+    },
     /// The attempt machine said its lease was held (`LeaseState::Held`) at this event's
     /// time, confirmed until `until` (both on the store's clock).
     LeaseView {
@@ -213,6 +231,15 @@ impl History {
         let charge = self.statement.len() - 1;
         self.push(at, who, EventKind::Charged { charge });
         &self.statement.lines()[charge].id
+    }
+
+    /// The store commits the writes `id` of attempt `who`'s transaction at `at`: a line of
+    /// the statement and an event (MODEL.md, "Effects that commit with the record").
+    pub fn commit(&mut self, at: u64, who: usize, id: String) {
+        let key = self.attempts.get(who).map_or(0, |attempt| attempt.key);
+        self.statement.commit(key, Some(who), at, id);
+        let charge = self.statement.len() - 1;
+        self.push(at, who, EventKind::Committed { charge });
     }
 
     /// The attempt whose owner token is `owner`, if any.
@@ -341,6 +368,16 @@ impl fmt::Display for Explain<'_> {
                 ActionEnd::Failed => write!(f, "action declined (failed, no effect)"),
                 ActionEnd::Panicked => write!(f, "the action PANICKED"),
             },
+            EventKind::Transactional => write!(f, "its action commits with its record"),
+            EventKind::Wrote { id } => write!(f, "writes {id} in its transaction (uncommitted)"),
+            EventKind::Committed { charge } => {
+                let id = history
+                    .statement
+                    .lines()
+                    .get(*charge)
+                    .map_or("?", |line| line.id.as_str());
+                write!(f, "COMMITTED {id} with its record")
+            }
             EventKind::LeaseView { until } => {
                 write!(f, "(its machine says: lease held, until t+{until})")
             }

@@ -117,6 +117,11 @@ pub enum Variant {
     /// BROKEN driver: a "corrupt record" answer is fed as a store failure, so the command
     /// is retried and, under fail-open, the action runs unprotected (rule 11).
     CorruptFailsOpen,
+    /// BROKEN transactional store: the complete is applied inside the action's transaction
+    /// as the record machine says, but the transaction commits whatever it answered, so a
+    /// holder whose key was taken over (its complete refused, `NotOwner`) commits its writes
+    /// too ([`Variant::commits`]; `T1`).
+    CommitWithoutOwnerCheck,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -124,7 +129,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 20] = [
+    pub const ALL: [Variant; 21] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -145,6 +150,7 @@ impl Variant {
         Variant::ReleaseOnAbandon,
         Variant::PanicReleases,
         Variant::CorruptFailsOpen,
+        Variant::CommitWithoutOwnerCheck,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -175,6 +181,7 @@ impl Variant {
             Variant::ReleaseOnAbandon => "release-on-abandon",
             Variant::PanicReleases => "panic-releases",
             Variant::CorruptFailsOpen => "corrupt-fails-open",
+            Variant::CommitWithoutOwnerCheck => "commit-without-owner-check",
         }
     }
 
@@ -209,6 +216,13 @@ impl Variant {
     /// that reads the value as an absent key.
     pub fn apply_to_garbage(self, command: Command, now: Timestamp) -> Option<Transition> {
         (self == Variant::CorruptReadAsAbsent).then(|| record::apply(None, command, now))
+    }
+
+    /// Whether this variant's store commits a transactional action's writes with a complete
+    /// it answered `reply`: `record::commits` (only a recorded result commits), except
+    /// [`Variant::CommitWithoutOwnerCheck`], which commits whatever it answered.
+    pub fn commits(self, reply: &Reply) -> bool {
+        self == Variant::CommitWithoutOwnerCheck || record::commits(reply)
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).
@@ -486,7 +500,8 @@ impl Variant {
                 | Variant::CorruptReadAsAbsent
                 | Variant::ReleaseOnAbandon
                 | Variant::PanicReleases
-                | Variant::CorruptFailsOpen,
+                | Variant::CorruptFailsOpen
+                | Variant::CommitWithoutOwnerCheck,
                 _,
             ) => return None,
         })

@@ -36,7 +36,8 @@ fn charges_by_key<'h>(run: &Run<'h>) -> Vec<Vec<&'h Charge<usize>>> {
 /// charge is counted under the cause that allows it.
 fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Verdict) {
     for (key, charges) in charges.iter().enumerate() {
-        if charges.len() < 2 {
+        // A key with effects that commit with the record is `T1`'s (`transaction`).
+        if charges.len() < 2 || super::transaction::has_commits(run, charges) {
             continue;
         }
         let extras = charges.len() - 1;
@@ -100,7 +101,7 @@ fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Ve
 /// before that lease ended (on the store's clock), and the holder of another charge got the
 /// reservation its action ran under at or after that end. A panic is no cause: a panicked
 /// action's key is completed.
-fn cause_of(run: &Run<'_>, who: usize, charges: &[&Charge<usize>]) -> Option<Cause> {
+pub(super) fn cause_of(run: &Run<'_>, who: usize, charges: &[&Charge<usize>]) -> Option<Cause> {
     let facts = run.facts.get(who)?;
     if facts.unprotected {
         return Some(Cause::FailOpen);
@@ -134,7 +135,7 @@ fn cause_of(run: &Run<'_>, who: usize, charges: &[&Charge<usize>]) -> Option<Cau
 }
 
 /// A charge made after the result an earlier charge's attempt recorded had expired.
-fn retention_expired(
+pub(super) fn retention_expired(
     run: &Run<'_>,
     charge: &Charge<usize>,
     earlier: &[&Charge<usize>],
@@ -213,6 +214,10 @@ fn honesty(run: &Run<'_>, found: &mut Vec<Violation>) {
             continue;
         }
         let facts = &run.facts[who];
+        // A transactional commit is honest by `T1`: committed or not, never a second effect.
+        if facts.transactional {
+            continue;
+        }
         let label = run.label(who);
         let reported = facts.settled.or(facts.finished);
         if facts.lapsed {

@@ -18,7 +18,10 @@
 //! - the abnormal ends of rule 11 (`ends`): a panicked action is recorded and replayed as
 //!   "outcome unknown" and its key never released; a key that holds no record runs
 //!   nothing; the key of an action dropped mid-run is never released; and every attempt
-//!   ends, an abandoned one in the settlement its phase calls for (liveness).
+//!   ends, an abandoned one in the settlement its phase calls for (liveness);
+//! - effects that commit with the record (`transaction`, `T1`): a transactional action's
+//!   writes commit only with the complete that records its result, once per life of the
+//!   record, and its outcome says whether they did.
 //!
 //! A violation names its rule and the event at which it is seen; a [`Counterexample`]
 //! prints them with the whole history as a story.
@@ -26,6 +29,7 @@
 mod effects;
 mod ends;
 mod steps;
+mod transaction;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -86,11 +90,16 @@ pub enum Rule {
     DroppedActionKeepsKey,
     /// The driver feeds the attempt machine only inputs it awaits.
     DriverProtocol,
+    /// Effects that commit with the record (MODEL.md, "T1"): a transactional action's writes
+    /// commit only with the complete that records its result, at most once per life of the
+    /// record, never a second time because a holder lost its lease; its outcome says
+    /// whether they committed.
+    TransactionalEffectOnce,
 }
 
 impl Rule {
     /// Every rule, in the order above.
-    pub const ALL: [Rule; 19] = [
+    pub const ALL: [Rule; 20] = [
         Rule::I1,
         Rule::I2,
         Rule::I3,
@@ -110,6 +119,7 @@ impl Rule {
         Rule::CorruptRecordRunsNothing,
         Rule::DroppedActionKeepsKey,
         Rule::DriverProtocol,
+        Rule::TransactionalEffectOnce,
     ];
 
     /// The rule's name, as MODEL.md writes it.
@@ -134,6 +144,7 @@ impl Rule {
             Rule::CorruptRecordRunsNothing => "R11 corrupt-record-runs-nothing",
             Rule::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Rule::DriverProtocol => "driver protocol",
+            Rule::TransactionalEffectOnce => "T1 transactional-effect-once",
         }
     }
 }
@@ -230,8 +241,13 @@ impl fmt::Display for Violation {
 pub struct Verdict {
     /// Every rule broken, in the order found.
     pub violations: Vec<Violation>,
-    /// The extra effects, each counted under the cause that allows it.
+    /// The extra effects, each counted under the cause that allows it (transactional
+    /// effects apart).
     pub extra: CauseCounts,
+    /// The extra effects that committed with the record (transactional), by cause: only
+    /// `retention-expired` is allowed; one counted under another cause (a lease lost, a
+    /// holder crashed or dropped) is also a violation of `T1`.
+    pub extra_transactional: CauseCounts,
 }
 
 impl Verdict {
@@ -288,6 +304,7 @@ pub fn judge(history: &History) -> Verdict {
     steps::judge(&run, &mut verdict.violations);
     effects::judge(&run, &mut verdict);
     ends::judge(&run, &mut verdict.violations);
+    transaction::judge(&run, &mut verdict);
     verdict
 }
 
@@ -332,6 +349,10 @@ struct Facts {
     settled: Option<usize>,
     /// It got stuck, or its driver broke the protocol.
     stopped: bool,
+    /// Its action is transactional: its effect commits with its record, or not at all.
+    transactional: bool,
+    /// Where its transactional action made its writes, uncommitted.
+    wrote: Option<usize>,
     /// It received "corrupt" before its action ran: where it first did.
     corrupt_before_run: Option<usize>,
     /// When (store's clock) the store last wrote its own reservation for its reserve.
@@ -439,11 +460,35 @@ impl<'h> Run<'h> {
         }
     }
 
+    /// Whether the attempt's action panicked, its effect unknown: a transactional action's
+    /// panic takes its writes with it, so it is a failure instead (`T1`).
     fn panicked(&self, who: usize) -> bool {
-        matches!(
-            self.facts.get(who).and_then(|f| f.ended),
-            Some((_, ActionEnd::Panicked))
-        )
+        self.facts
+            .get(who)
+            .is_some_and(|f| !f.transactional && matches!(f.ended, Some((_, ActionEnd::Panicked))))
+    }
+
+    /// Whether the attempt's action is transactional.
+    fn transactional(&self, who: usize) -> bool {
+        self.facts.get(who).is_some_and(|f| f.transactional)
+    }
+
+    /// The id of the attempt's effect: its charge's, or the one its transactional action
+    /// gave its writes (committed or not).
+    fn effect_id(&self, who: usize) -> Option<&'h str> {
+        let facts = self.facts.get(who)?;
+        if let Some((_, line)) = facts.charge {
+            return self
+                .history
+                .statement
+                .lines()
+                .get(line)
+                .map(|c| c.id.as_str());
+        }
+        match &self.history.events.get(facts.wrote?)?.kind {
+            EventKind::Wrote { id } => Some(id.as_str()),
+            _ => None,
+        }
     }
 
     fn violation(&self, rule: Rule, event: Option<usize>, detail: String) -> Violation {
@@ -475,8 +520,12 @@ impl<'h> Run<'h> {
                     }
                     facts.unprotected |= *unprotected;
                 }
-                EventKind::Charged { charge } => {
+                EventKind::Charged { charge } | EventKind::Committed { charge } => {
                     facts.charge.get_or_insert((index, *charge));
+                }
+                EventKind::Transactional => facts.transactional = true,
+                EventKind::Wrote { .. } => {
+                    facts.wrote.get_or_insert(index);
                 }
                 EventKind::ActionEnded(end) => {
                     facts.ended.get_or_insert((index, *end));
