@@ -242,8 +242,8 @@ fn outcomes(run: &Run<'_>, verdict: &mut Verdict) {
 /// `liveness` for an abandoned transactional attempt: its settlement fits the phase it was
 /// abandoned in. Before its action: the key settled or left to its lease. Its action
 /// dropped mid-run, or ended without its complete out: rolled back (the writes went with
-/// the call). Its action failed or panicked: released as a failure. Its complete out: the
-/// record read, committed or not, or unknown.
+/// the call). Its action failed or panicked: released as a failure (or rolled back). Its
+/// complete out: the record read, committed or not, or unknown.
 pub(super) fn settles_as_its_phase_calls_for(run: &Run<'_>, who: usize, outcome: &Outcome) -> bool {
     let facts = &run.facts[who];
     if facts.dropped {
@@ -254,8 +254,12 @@ pub(super) fn settles_as_its_phase_calls_for(run: &Run<'_>, who: usize, outcome:
             outcome,
             Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease)
         ),
+        // Released as a failure, or rolled back when abandoned before its end was acted on.
         Some((_, ActionEnd::Failed | ActionEnd::Panicked)) => {
-            matches!(outcome, Outcome::ActionFailed { .. })
+            matches!(
+                outcome,
+                Outcome::ActionFailed { .. } | Outcome::RolledBack { .. }
+            )
         }
         Some((_, ActionEnd::Succeeded | ActionEnd::Unrecordable)) => matches!(
             outcome,

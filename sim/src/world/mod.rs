@@ -168,8 +168,13 @@ struct Worker {
     abandoned_in: Option<Stage>,
     /// The caller was answered (a fail-closed try answers, then settles).
     answered: bool,
-    /// The charge its action made, as an index into the statement.
+    /// The charge its action made, as an index into the statement (for a transactional
+    /// action, its writes once committed).
     charge: Option<usize>,
+    /// Its action is transactional: its effect is writes that commit with its complete.
+    transactional: bool,
+    /// The id of the writes its transactional action made, uncommitted.
+    written: Option<String>,
     /// How the attempt ended.
     outcome: Option<Outcome>,
     /// The last lease view written down: its end on the store's clock, and the version of
@@ -223,6 +228,8 @@ pub(crate) struct World<'p> {
     trace: Option<String>,
     /// Events allowed before the run counts as stuck.
     budget: u64,
+    /// Transactional writes made so far, committed or not (their ids are `tx_N`).
+    writes: u64,
 }
 
 impl<'p> World<'p> {
@@ -247,6 +254,7 @@ impl<'p> World<'p> {
             history: History::default(),
             trace: trace.then(String::new),
             budget: EVENT_BUDGET,
+            writes: 0,
         };
         for slot in &plan.slots {
             let (operation, key) = (slot.operation.as_str(), slot.key.as_str());
@@ -287,11 +295,16 @@ impl<'p> World<'p> {
         for (i, slot) in plan.slots.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  key {i}: {} {}{}",
+                "  key {i}: {} {}{}{}",
                 slot.operation.as_str(),
                 slot.key.as_str(),
                 if slot.corrupt {
                     " (holds a value that is not a record)"
+                } else {
+                    ""
+                },
+                if slot.transactional {
+                    " (transactional)"
                 } else {
                     ""
                 }
@@ -413,7 +426,10 @@ impl<'p> World<'p> {
                 if w.live() {
                     w.crashed_at = Some(self.now);
                     w.running = false;
-                    let class = if w.charge.is_some() {
+                    let class = if w.transactional {
+                        // The transaction dies with the process: nothing commits.
+                        Exercised::TransactionCrashed
+                    } else if w.charge.is_some() {
                         Exercised::CrashAfterEffect
                     } else {
                         Exercised::CrashBeforeEffect
@@ -440,6 +456,15 @@ impl<'p> World<'p> {
                 self,
                 "the dropped action of w{worker} never reaches the provider"
             );
+            return;
+        }
+        if w.transactional {
+            // Writes in the transaction: an effect only if the store commits them.
+            self.writes += 1;
+            let id = format!("tx_{}", self.writes);
+            trace!(self, "w{worker} writes {id} in its transaction");
+            self.workers[worker].written = Some(id.clone());
+            self.note(worker, EventKind::Wrote { id });
             return;
         }
         w.charge = Some(self.history.statement.len());
@@ -557,8 +582,16 @@ impl<'p> World<'p> {
             return;
         }
         w.running = false;
+        let made = if w.transactional {
+            w.written.clone()
+        } else {
+            w.charge
+                .map(|charge| self.history.statement.lines()[charge].id.clone())
+        };
         let result = if w.action.panic_at.is_some() {
-            let class = if w.charge.is_some() {
+            let class = if w.transactional {
+                Exercised::TransactionPanicked
+            } else if w.charge.is_some() {
                 Exercised::PanicAfterEffect
             } else {
                 Exercised::PanicBeforeEffect
@@ -571,10 +604,8 @@ impl<'p> World<'p> {
                 ActionResult::Panicked
             }
         } else {
-            match (w.action.fails, w.action.unrecordable, w.charge) {
-                (false, false, Some(charge)) => ActionResult::Succeeded(Body::new(
-                    self.history.statement.lines()[charge].id.as_bytes(),
-                )),
+            match (w.action.fails, w.action.unrecordable, made) {
+                (false, false, Some(id)) => ActionResult::Succeeded(Body::new(id.as_bytes())),
                 (false, true, Some(_)) => {
                     self.exercised(Exercised::Unrecordable);
                     ActionResult::Unrecordable
@@ -645,7 +676,7 @@ impl<'p> World<'p> {
             owner,
         });
         let now = Timestamp::from_millis(self.now + plan.clock_offset);
-        let attempt = Attempt::new(
+        let mut attempt = Attempt::new(
             slot.operation.clone(),
             slot.key.clone(),
             plan.fingerprint,
@@ -654,6 +685,10 @@ impl<'p> World<'p> {
             plan.options.clone(),
             now,
         );
+        if slot.transactional {
+            attempt = attempt.in_transaction();
+            self.note(worker, EventKind::Transactional);
+        }
         // Tries past the planned ones repeat the last action.
         let action = plan
             .actions
@@ -679,6 +714,8 @@ impl<'p> World<'p> {
             abandoned_in: None,
             answered: false,
             charge: None,
+            transactional: slot.transactional,
+            written: None,
             outcome: None,
             last_view: None,
         });
@@ -793,6 +830,9 @@ impl<'p> World<'p> {
         w.next_cmd += 1;
         let cmd = w.next_cmd;
         w.outstanding = Some(cmd);
+        if command == Command::Read {
+            self.exercised(Exercised::CommitRead);
+        }
         trace!(self, "w{worker} sends #{cmd} {}", command.name());
         self.note(worker, EventKind::Sent(command.kind()));
         self.transmit(worker, cmd, command);
@@ -945,7 +985,11 @@ impl<'p> World<'p> {
                 Write::Unchanged | Write::Delete => None,
             };
             let reply = StoreAnswer::Reply(transition.reply.clone());
+            let complete = matches!(command, Command::Complete { .. });
             self.stored(worker, command, None, reply, written);
+            if complete {
+                self.commit_or_roll_back(worker, &transition.reply);
+            }
             self.reply(worker, cmd, Answer::Reply(transition.reply));
             return;
         }
@@ -973,11 +1017,43 @@ impl<'p> World<'p> {
         };
         let after = self.records[stored].clone();
         let answer = StoreAnswer::Reply(transition.reply.clone());
+        let complete = matches!(command, Command::Complete { .. });
         self.stored(worker, command, before, answer, after);
+        if complete {
+            self.commit_or_roll_back(worker, &transition.reply);
+        }
         if notify {
             self.notify(stored, worker);
         }
         self.reply(worker, cmd, Answer::Reply(transition.reply));
+    }
+
+    /// A transactional complete was applied inside its action's transaction, at this very
+    /// step: the store commits the writes with it if the record machine recorded the result
+    /// (`record::commits`, or the variant's rule), else the transaction rolls back.
+    fn commit_or_roll_back(&mut self, worker: usize, reply: &Reply) {
+        let w = &self.workers[worker];
+        if !w.transactional {
+            return;
+        }
+        let Some(id) = w.written.clone() else {
+            return;
+        };
+        if !self.variant.commits(reply) {
+            self.exercised(Exercised::CommitRefused);
+            trace!(
+                self,
+                "store rolls back the transaction of w{worker}: {id} never happened"
+            );
+            return;
+        }
+        self.exercised(Exercised::TransactionCommitted);
+        self.workers[worker].charge = Some(self.history.statement.len());
+        self.report.effects += 1;
+        self.report.transactional_effects += 1;
+        let at = self.store_now();
+        self.history.commit(at, worker, id.clone());
+        trace!(self, "store commits {id} of w{worker} with its record");
     }
 
     /// Writes a store step down.
@@ -1088,6 +1164,7 @@ impl<'p> World<'p> {
         }
         self.report.violations = verdict.violations;
         self.report.extra = verdict.extra;
+        self.report.extra_transactional = verdict.extra_transactional;
         self.report.trace = self.trace.take();
         self.report.history = self.history;
         self.report
