@@ -1181,7 +1181,7 @@ mod tests {
     /// budget far too small for any run), and reports every unfinished attempt.
     #[test]
     fn a_run_that_does_not_finish_is_reported() {
-        let mut rng = SimRng::new(3);
+        let mut rng = SimRng::new(4);
         let plan = Plan::random(&mut rng, Shape::default()).unwrap();
         let mut world = World::new(&plan, Variant::Correct, rng.clone(), false);
         world.budget = 20;
