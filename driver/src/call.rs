@@ -49,6 +49,9 @@ pub(crate) enum Paused<T, E> {
 }
 
 /// The action's future, caught for panics, and fused so that it is polled only until done.
+/// A store's watch on a key, boxed so that `changed` and `watch` share one slot.
+type Watch<'a> = Fuse<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>;
+
 type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Fut>>>;
 
 impl<T, E> From<Error<E>> for Ended<T, E> {
@@ -177,6 +180,11 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         let mut running = pin!(Fuse::terminated());
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
+        // The store's watch on the holder's record while the attempt waits: made after the
+        // first "in flight", then before each reserve sent again (so a change between that
+        // reserve's reply and the wait is never lost), and kept until the next one exists,
+        // so the store's registration for the key stays up across the steps.
+        let mut watching: Option<Watch<'_>> = None;
         if run_now {
             let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
             self.start(action, self.clock.now(), running.as_mut())?;
@@ -206,6 +214,12 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 },
                 Step::Send { command: next, .. } => {
                     sent = Some(next.kind());
+                    if self.waited
+                        && next.kind() == CommandKind::Reserve
+                        && watching.as_ref().is_none_or(FusedFuture::is_terminated)
+                    {
+                        watching = Some(store.watch(&operation, &key).boxed().fuse());
+                    }
                     let transaction = match (&next, &self.transaction) {
                         (idem_core::Command::Complete { .. }, Some(slot)) => {
                             slot.complete(operation.clone(), key.clone(), next.clone())
@@ -237,17 +251,24 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
                     self.waited |= notices.is_some();
-                    let changed = notices.map(|from| (from, store.changed(&operation, &key)));
+                    match notices {
+                        None => watching = None,
+                        Some(_) if watching.as_ref().is_none_or(FusedFuture::is_terminated) => {
+                            watching = Some(store.changed(&operation, &key).boxed().fuse());
+                        }
+                        Some(_) => {}
+                    }
                     let clock = self.clock;
+                    let watch = watching.as_mut();
                     let notice = async move {
-                        match changed {
-                            Some((from, changed)) => {
+                        match (notices, watch) {
+                            (Some(from), Some(changed)) => {
                                 if from > now {
                                     clock.sleep_until(Some(from)).await;
                                 }
                                 changed.await;
                             }
-                            None => std::future::pending().await,
+                            _ => std::future::pending().await,
                         }
                     };
                     tokio::select! {
