@@ -32,6 +32,7 @@ use crate::metrics::{Counter, Metrics};
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
+use crate::watching::Watching;
 
 /// How a call ended: with an answer for the caller, or with the action's panic to resume in
 /// the caller once the attempt recorded it.
@@ -49,9 +50,6 @@ pub(crate) enum Paused<T, E> {
 }
 
 /// The action's future, caught for panics, and fused so that it is polled only until done.
-/// A store's watch on a key, boxed so that `changed` and `watch` share one slot.
-type Watch<'a> = Fuse<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>;
-
 type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Fut>>>;
 
 impl<T, E> From<Error<E>> for Ended<T, E> {
@@ -180,11 +178,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         let mut running = pin!(Fuse::terminated());
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
-        // The store's watch on the holder's record while the attempt waits: made after the
-        // first "in flight", then before each reserve sent again (so a change between that
-        // reserve's reply and the wait is never lost), and kept until the next one exists,
-        // so the store's registration for the key stays up across the steps.
-        let mut watching: Option<Watch<'_>> = None;
+        let mut watching = Watching::default();
         if run_now {
             let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
             self.start(action, self.clock.now(), running.as_mut())?;
@@ -214,11 +208,8 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 },
                 Step::Send { command: next, .. } => {
                     sent = Some(next.kind());
-                    if self.waited
-                        && next.kind() == CommandKind::Reserve
-                        && watching.as_ref().is_none_or(FusedFuture::is_terminated)
-                    {
-                        watching = Some(store.watch(&operation, &key).boxed().fuse());
+                    if self.waited && next.kind() == CommandKind::Reserve {
+                        watching.before_reserve(|| store.watch(&operation, &key));
                     }
                     let transaction = match (&next, &self.transaction) {
                         (idem_core::Command::Complete { .. }, Some(slot)) => {
@@ -251,15 +242,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
                     self.waited |= notices.is_some();
-                    match notices {
-                        None => watching = None,
-                        Some(_) if watching.as_ref().is_none_or(FusedFuture::is_terminated) => {
-                            watching = Some(store.changed(&operation, &key).boxed().fuse());
-                        }
-                        Some(_) => {}
-                    }
+                    let watch =
+                        watching.for_wait(notices.is_some(), || store.changed(&operation, &key));
                     let clock = self.clock;
-                    let watch = watching.as_mut();
                     let notice = async move {
                         match (notices, watch) {
                             (Some(from), Some(changed)) => {

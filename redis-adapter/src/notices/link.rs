@@ -20,7 +20,7 @@ pub(crate) enum Source {
     Standalone(redis::Client),
     /// A Cluster: sharded pub/sub, each key's channel on its slot's node. The client must
     /// speak RESP3.
-    Cluster(ClusterClient),
+    Cluster(Box<ClusterClient>),
 }
 
 impl Source {

@@ -295,7 +295,8 @@ impl RedisStoreBuilder {
             .await?;
         let notices = match notices {
             Some(client) => {
-                Some(Notices::start(Source::Cluster(client), self.notice_settings()).await)
+                let source = Source::Cluster(Box::new(client));
+                Some(Notices::start(source, self.notice_settings()).await)
             }
             None => None,
         };

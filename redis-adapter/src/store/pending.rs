@@ -27,7 +27,7 @@ impl RedisStore {
             }
         };
         let reply = tokio::time::timeout(self.inner.command_timeout, call).await;
-        let pending = match reply {
+        match reply {
             Ok(Ok(Value::BulkString(bytes))) => matches!(
                 codec::decode_stored(&bytes),
                 Ok(Stored::Claim { .. }
@@ -37,7 +37,6 @@ impl RedisStore {
                     })
             ),
             _ => false,
-        };
-        pending
+        }
     }
 }
