@@ -126,6 +126,7 @@ pub mod operation;
 mod settle;
 pub mod store;
 pub mod transaction;
+mod watching;
 
 pub use answer::{Answer, Provenance};
 pub use any_store::AnyStore;

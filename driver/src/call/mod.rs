@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
+use crate::watching::Watching;
 
 /// How a call ended: with an answer for the caller, or with the action's panic to resume in
 /// the caller once the attempt recorded it.
@@ -182,6 +183,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         let mut running = pin!(Fuse::terminated());
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
+        let mut watching = Watching::default();
         if run_now {
             let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
             self.start(action, self.clock.now(), running.as_mut())?;
@@ -211,6 +213,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 },
                 Step::Send { command: next, .. } => {
                     sent = Some(next.kind());
+                    if self.waited && next.kind() == CommandKind::Reserve {
+                        watching.before_reserve(|| store.watch(&operation, &key));
+                    }
                     let transaction = match (&next, &self.transaction) {
                         (idem_core::Command::Complete { .. }, Some(slot)) => {
                             slot.complete(operation.clone(), key.clone(), next.clone())
@@ -242,17 +247,18 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
                     self.waited |= notices.is_some();
-                    let changed = notices.map(|from| (from, store.changed(&operation, &key)));
+                    let watch =
+                        watching.for_wait(notices.is_some(), || store.changed(&operation, &key));
                     let clock = self.clock;
                     let notice = async move {
-                        match changed {
-                            Some((from, changed)) => {
+                        match (notices, watch) {
+                            (Some(from), Some(changed)) => {
                                 if from > now {
                                     clock.sleep_until(Some(from)).await;
                                 }
                                 changed.await;
                             }
-                            None => std::future::pending().await,
+                            _ => std::future::pending().await,
                         }
                     };
                     tokio::select! {
