@@ -17,21 +17,22 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::{Either, Fuse, FusedFuture};
 use idem_core::record::{Body, CommandKind, Reply, StoredResult};
-use idem_core::{
-    ActionResult, Execution, Key, LeaseState, Operation, Outcome, Protection, ProtocolError, Step,
-    Timestamp,
-};
+use idem_core::{ActionResult, Key, LeaseState, Operation, ProtocolError, Step, Timestamp};
 use tokio::sync::watch;
 
-use crate::answer::{Answer, Provenance};
+use crate::answer::Answer;
 use crate::claim::{Claim, LeaseView};
 use crate::clock::Clock;
 use crate::codec::Codec;
 use crate::error::Error;
-use crate::metrics::{Counter, Metrics};
+use crate::metrics::Metrics;
+use crate::replay_cache::ReplayCache;
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
+
+mod cache;
+mod conclude;
 
 /// How a call ended: with an answer for the caller, or with the action's panic to resume in
 /// the caller once the attempt recorded it.
@@ -82,6 +83,12 @@ pub(crate) struct Call<S: Store, C, T, E> {
     transaction: Option<TransactionSlot>,
     /// Whether the attempt waited for another holder of the key.
     waited: bool,
+    /// The coordinator's replay cache, if it has one.
+    cache: Option<Arc<ReplayCache>>,
+    /// When the last reserve was sent, for a replay's remaining time.
+    reserve_sent: Timestamp,
+    /// When the first complete was sent, and what it records.
+    completing: Option<(Timestamp, StoredResult)>,
 }
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
@@ -91,6 +98,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         codec: C,
         metrics: Arc<Metrics>,
         clock: Clock,
+        cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let (operation, key) = (
             guard.attempt.operation().clone(),
@@ -112,6 +120,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             lease: None,
             transaction: None,
             waited: false,
+            cache,
+            reserve_sent: Timestamp::ZERO,
+            completing: None,
         }
     }
 
@@ -205,6 +216,10 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     None => return Ok(Paused::AtRun),
                 },
                 Step::Send { command: next, .. } => {
+                    if self.answered_from_cache(&next, now)? {
+                        continue;
+                    }
+                    self.sending(&next, now);
                     sent = Some(next.kind());
                     let transaction = match (&next, &self.transaction) {
                         (idem_core::Command::Complete { .. }, Some(slot)) => {
@@ -320,7 +335,8 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     ?reply,
                     "store replied"
                 );
-                attempt.handle_reply(reply, now)?;
+                self.store_replied(command, &reply, now);
+                self.guard.attempt.handle_reply(reply, now)?;
             }
             Err(StoreError::Corrupt { detail, .. }) => {
                 tracing::error!(
@@ -445,160 +461,6 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 lease = ?view.state,
                 "the running action's lease is no longer confirmed"
             );
-        }
-    }
-
-    /// Turns the attempt's outcome into the call's result.
-    fn conclude(&mut self, outcome: Outcome) -> Ended<T, E> {
-        let metrics = &self.metrics;
-        let (operation, key) = (&self.operation, &self.key);
-        let answer = match outcome {
-            Outcome::Executed(execution) => {
-                metrics.count(Counter::Executed);
-                let provenance = self.provenance(execution);
-                tracing::debug!(%operation, %key, ?provenance, "executed");
-                match self.value.take() {
-                    Some(value) => Ok(Answer {
-                        value,
-                        provenance,
-                        waited: self.waited,
-                    }),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::Panicked(execution) => {
-                metrics.count(Counter::Panicked);
-                let _ = self.provenance(execution);
-                tracing::warn!(%operation, %key, record = ?execution.record, "the panic is recorded; resuming it");
-                match self.panic.take() {
-                    Some(payload) => return Ended::Panic(payload),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::ActionFailed { released } => {
-                if let Some(payload) = self.panic.take() {
-                    // A transactional action's panic rolled its writes back: released.
-                    metrics.count(Counter::Panicked);
-                    return Ended::Panic(payload);
-                }
-                metrics.count(Counter::ActionFailed);
-                tracing::debug!(%operation, %key, released, "the action failed; key given back");
-                match self.failure.take() {
-                    Some(failure) => Err(Error::Action(failure)),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::RolledBack { released } => {
-                metrics.count(Counter::RolledBack);
-                tracing::warn!(
-                    %operation,
-                    %key,
-                    released,
-                    "the action's writes were rolled back with its record: the key was no \
-                     longer this call's, or the commit failed"
-                );
-                Err(Error::RolledBack)
-            }
-            Outcome::CommitUnknown => {
-                metrics.count(Counter::CommitUnknown);
-                tracing::warn!(%operation, %key, "the commit's outcome is unknown");
-                Err(Error::CommitUnknown)
-            }
-            Outcome::Replayed { result } => self.replay(result),
-            Outcome::KeyReuse { stored, given } => {
-                metrics.count(Counter::KeyReuse);
-                tracing::debug!(%operation, %key, %stored, %given, "refused: key reuse");
-                Err(Error::KeyReuse { stored, given })
-            }
-            Outcome::InProgress => {
-                metrics.count(Counter::InProgress);
-                tracing::debug!(%operation, %key, "refused: in progress");
-                Err(Error::InProgress)
-            }
-            Outcome::StoreUnavailable => {
-                metrics.count(Counter::StoreUnavailable);
-                tracing::warn!(%operation, %key, "refused: store unavailable (fail closed)");
-                let error = self
-                    .store_error
-                    .take()
-                    .unwrap_or_else(|| StoreError::Unavailable {
-                        command: CommandKind::Reserve,
-                        source: "no reply by the attempt's deadline".into(),
-                    });
-                Err(Error::StoreUnavailable(error))
-            }
-            Outcome::CorruptRecord => {
-                metrics.count(Counter::CorruptRecord);
-                Err(Error::CorruptRecord {
-                    operation: operation.clone(),
-                    key: key.clone(),
-                    detail: self.corrupt.take().unwrap_or_default(),
-                })
-            }
-            // Only a driver abandons; this one does so in its guard, after the call.
-            Outcome::Abandoned(_) => Err(ProtocolError::ActionNotRunning.into()),
-        };
-        Ended::Answer(answer)
-    }
-
-    /// The provenance of an execution, counted.
-    fn provenance(&self, execution: Execution) -> Provenance {
-        let Execution {
-            protection,
-            record,
-            lease_lost,
-        } = execution;
-        let (operation, key) = (&self.operation, &self.key);
-        if record == idem_core::Recording::CorruptRecord {
-            self.metrics.count(Counter::CorruptRecord);
-        }
-        if lease_lost {
-            self.metrics.count(Counter::LeaseLost);
-            tracing::warn!(%operation, %key, ?record, "executed, but the lease lapsed meanwhile");
-        }
-        match protection {
-            Protection::Reserved => Provenance::Executed {
-                lease_lost,
-                recording: record,
-            },
-            Protection::FailedOpen => {
-                self.metrics.count(Counter::FailedOpen);
-                tracing::warn!(%operation, %key, ?record, "executed unprotected: the store failed open");
-                Provenance::ExecutedUnprotected { recording: record }
-            }
-        }
-    }
-
-    /// The answer to a replay of what an identical request's record holds.
-    fn replay(&self, result: StoredResult) -> Result<Answer<T>, Error<E>> {
-        let (metrics, operation, key) = (&self.metrics, &self.operation, &self.key);
-        match result {
-            StoredResult::Value(body) => match self.codec.decode(body.as_bytes()) {
-                Ok(value) => {
-                    metrics.count(Counter::Replayed);
-                    tracing::debug!(%operation, %key, "replayed");
-                    Ok(Answer {
-                        value,
-                        provenance: Provenance::Replayed,
-                        waited: self.waited,
-                    })
-                }
-                Err(error) => {
-                    metrics.count(Counter::DecodeFailed);
-                    tracing::warn!(%operation, %key, %error, "stored result does not decode");
-                    Err(Error::Decode(error))
-                }
-            },
-            StoredResult::NotStored => {
-                metrics.count(Counter::ResultNotStored);
-                tracing::debug!(%operation, %key, "completed earlier without a stored result");
-                Err(Error::ResultNotStored)
-            }
-            StoredResult::Panicked => {
-                metrics.count(Counter::OutcomeUnknown);
-                tracing::warn!(%operation, %key, "an identical request panicked; not run again");
-                Err(Error::OutcomeUnknown)
-            }
         }
     }
 }
