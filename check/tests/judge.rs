@@ -263,6 +263,7 @@ impl Story {
             before.clone(),
             Reply::Replay {
                 result: result.clone(),
+                remaining: None,
             },
             before,
         )
@@ -412,6 +413,7 @@ fn i4_a_replay_to_another_request() {
             completed(A, "ch_1"),
             Reply::Replay {
                 result: value("ch_1"),
+                remaining: None,
             },
             completed(A, "ch_1"),
         )
@@ -691,6 +693,7 @@ fn i9_an_expired_completed_record_still_replayed() {
             completed(A, "ch_1"),
             Reply::Replay {
                 result: value("ch_1"),
+                remaining: None,
             },
             completed(A, "ch_1"),
         )
@@ -860,6 +863,7 @@ fn panic_a_replay_of_a_panicked_record_not_said_unknown() {
             completed_with(A, StoredResult::Panicked, 60_000),
             Reply::Replay {
                 result: StoredResult::Panicked,
+                remaining: None,
             },
             completed_with(A, StoredResult::Panicked, 60_000),
         )
@@ -883,6 +887,7 @@ fn panic_outcome_unknown_replayed_from_an_action_that_did_not_panic() {
             completed(A, "ch_1"),
             Reply::Replay {
                 result: value("ch_1"),
+                remaining: None,
             },
             completed(A, "ch_1"),
         )

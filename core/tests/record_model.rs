@@ -33,12 +33,26 @@ enum Model {
 /// The reference model's replies, named as in MODEL.md's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Answer {
-    Reserved { owner: u8, until: u64 },
-    InFlight { until: u64 },
-    Replay { body: Option<u8> },
-    KeyReuse { stored: u8 },
+    Reserved {
+        owner: u8,
+        until: u64,
+    },
+    InFlight {
+        until: u64,
+    },
+    /// The body, and how long the record has left (its `until` minus `now`).
+    Replay {
+        body: Option<u8>,
+        left: u64,
+    },
+    KeyReuse {
+        stored: u8,
+    },
     Completed(Completion),
-    Renewed { owner: u8, until: u64 },
+    Renewed {
+        owner: u8,
+        until: u64,
+    },
     Released,
     Refused(Refusal),
     Read(Model),
@@ -99,7 +113,13 @@ impl Model {
                 },
             ) if o == owner => (A::Reserved { owner, until }, state),
             (Op::Reserve { .. }, Model::Held { until, .. }) => (A::InFlight { until }, state),
-            (Op::Reserve { .. }, Model::Done { body, .. }) => (A::Replay { body }, state),
+            (Op::Reserve { .. }, Model::Done { body, until, .. }) => (
+                A::Replay {
+                    body,
+                    left: until - now,
+                },
+                state,
+            ),
 
             (
                 &Op::Complete {
@@ -260,7 +280,10 @@ fn to_reply(answer: &Answer) -> Reply {
         Answer::InFlight { until } => Reply::InFlight {
             lease_until: at(*until),
         },
-        Answer::Replay { body: b } => Reply::Replay { result: stored(*b) },
+        Answer::Replay { body: b, left } => Reply::Replay {
+            result: stored(*b),
+            remaining: Some(std::time::Duration::from_millis(*left)),
+        },
         Answer::KeyReuse { stored } => Reply::KeyReuse {
             stored: fp(*stored),
         },
@@ -371,7 +394,7 @@ impl History {
                 prop_assert_eq!(held, owner, "I2: released by a non-owner");
                 self.holder = None;
             }
-            (&Op::Reserve { fp, .. }, Answer::Replay { body }) => {
+            (&Op::Reserve { fp, .. }, Answer::Replay { body, .. }) => {
                 let (_, done_fp, done_body, _) = self.done.expect("replay without a record");
                 prop_assert_eq!(done_fp, fp, "I4: replayed another request's result");
                 prop_assert_eq!(done_body, *body, "I3: replayed body changed");

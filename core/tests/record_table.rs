@@ -97,7 +97,9 @@ fn reserve_completed_replays() {
     assert_eq!(
         tr.reply,
         Reply::Replay {
-            result: StoredResult::Value(Body::new("ch_1"))
+            result: StoredResult::Value(Body::new("ch_1")),
+            // The store says how long the record has left at its `now`.
+            remaining: Some(Duration::from_millis(4000)),
         }
     );
 }

@@ -1,7 +1,9 @@
 //! The cost of `Coordinator::execute` on MemoryStore: a fresh key (reserve, run, complete),
 //! a replay (one reserve), and 64 tasks on one key (one runs, the others wait or replay).
-//! Baseline in the same run: a bare `HashMap` insert of a fresh key of the same shape, the
-//! least an in-process store could do per call.
+//! Baselines in the same run: a bare `HashMap` insert of a fresh key of the same shape, the
+//! least an in-process store could do per call, and a bare `HashMap` lookup, the least a
+//! replay cache could do. `replay_cached` is a replay answered by the replay cache, which
+//! sends nothing to the store, so it costs the same on every store.
 //!
 //! The detached calls (the default, one spawned task per call) are measured beside attached
 //! ones (the call runs in the caller's future), so the cost of surviving a dropped caller is
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use idem::{Coordinator, Fingerprint, MemoryStore, Options};
+use idem::{Coordinator, Fingerprint, MemoryStore, Options, ReplayCacheConfig};
 
 const OP: &str = "payment.charge";
 const TASKS: u64 = 64;
@@ -91,6 +93,28 @@ fn benches(c: &mut Criterion) {
                     black_box(call(&coordinator, "k", fp).await);
                 }
                 start.elapsed()
+            })
+        });
+    });
+    group.bench_function("baseline_hashmap_lookup", |b| {
+        let map: HashMap<String, Vec<u8>> = (0..10_000)
+            .map(|i| (format!("{OP}:k{i}"), b"42".to_vec()))
+            .collect();
+        let key = format!("{OP}:k42");
+        b.iter(|| black_box(map.get(black_box(key.as_str())).map(Vec::len)));
+    });
+    group.bench_function("replay_cached", |b| {
+        b.iter_custom(|iters| {
+            current.block_on(async {
+                let coordinator = coordinator().with_replay_cache(ReplayCacheConfig::default());
+                call(&coordinator, "k", fp).await;
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(call(&coordinator, "k", fp).await);
+                }
+                let elapsed = start.elapsed();
+                assert_eq!(coordinator.metrics().replay_cache.hits, iters);
+                elapsed
             })
         });
     });

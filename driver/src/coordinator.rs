@@ -39,6 +39,7 @@ use crate::entropy::Entropy;
 use crate::error::Error;
 use crate::metrics::{Counter, Metrics, MetricsSnapshot};
 use crate::operation::OperationHandle;
+use crate::replay_cache::{ReplayCache, ReplayCacheConfig};
 use crate::settle::AttemptGuard;
 use crate::store::Store;
 use crate::transaction::{Transaction, TransactionSlot};
@@ -53,6 +54,7 @@ pub struct Coordinator<S> {
     metrics: Arc<Metrics>,
     entropy: Arc<Entropy>,
     clock: Clock,
+    cache: Option<Arc<ReplayCache>>,
 }
 
 impl<S> Clone for Coordinator<S> {
@@ -63,6 +65,7 @@ impl<S> Clone for Coordinator<S> {
             metrics: Arc::clone(&self.metrics),
             entropy: Arc::clone(&self.entropy),
             clock: self.clock,
+            cache: self.cache.clone(),
         }
     }
 }
@@ -82,6 +85,7 @@ impl<S: Store> Coordinator<S> {
             metrics: Arc::default(),
             entropy: Arc::new(Entropy::Os),
             clock: Clock::new(),
+            cache: None,
         }
     }
 
@@ -101,6 +105,54 @@ impl<S: Store> Coordinator<S> {
         self
     }
 
+    /// Turns on the replay cache, within `bounds`: completed records this coordinator has
+    /// seen (replayed by the store, or completed by its own calls) are kept in memory, for
+    /// less than the store says they have left and never longer than
+    /// [`ReplayCacheConfig::max_age`], and a replay or a key reuse of one is answered
+    /// without a round trip to the store. Clones share the cache.
+    ///
+    /// **Off by default.** Under the model's assumptions nothing a caller can observe changes
+    /// but speed (MODEL.md, "The replay cache": a completed record never changes before it
+    /// expires, `I3`). Outside them it does: a record deleted from the store by hand, or lost
+    /// with the store's data (a Redis restarted without persistence, a failover that lost
+    /// writes), is still replayed by this process for up to `max_age`, where the store
+    /// would have run the action again; and a replay is answered while the store is down.
+    /// Turn it on where replays are frequent and those are acceptable (they never cause a
+    /// second effect; they may prevent one that was wanted).
+    ///
+    /// A replay the store answers without reading its clock (the Redis single-command
+    /// reserve) does not say how long its record has left, and is not kept; the records
+    /// this process completes itself always are.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem::{Coordinator, Fingerprint, MemoryStore, Options, ReplayCacheConfig};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let bounds = ReplayCacheConfig::builder()
+    ///     .max_entries(50_000)
+    ///     .max_bytes(64 << 20)
+    ///     .max_age(Duration::from_secs(120))
+    ///     .build()?;
+    /// let payments =
+    ///     Coordinator::new(MemoryStore::new(), Options::default()).with_replay_cache(bounds);
+    /// let fp = Fingerprint::of_bytes(b"charge o-1 100");
+    /// let charge = || payments.execute("payment.charge", "k-1", fp, |_claim| async {
+    ///     Ok::<_, std::io::Error>(100_u64)
+    /// });
+    /// assert_eq!(charge().await?, 100);
+    /// assert_eq!(charge().await?, 100); // replayed from memory
+    /// assert_eq!(payments.metrics().replay_cache.hits, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_replay_cache(mut self, bounds: ReplayCacheConfig) -> Self {
+        self.cache = Some(Arc::new(ReplayCache::new(bounds)));
+        self
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<S> {
         &self.store
@@ -113,7 +165,11 @@ impl<S: Store> Coordinator<S> {
 
     /// The counters so far, shared by all clones of this coordinator.
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.metrics.snapshot()
+        let mut snapshot = self.metrics.snapshot();
+        if let Some(cache) = &self.cache {
+            (snapshot.replay_cache.entries, snapshot.replay_cache.bytes) = cache.usage();
+        }
+        snapshot
     }
 
     /// A handle on one operation whose calls return `T` or fail with `E`: the operation's
@@ -381,6 +437,7 @@ impl<S: Store> Coordinator<S> {
             codec,
             Arc::clone(&self.metrics),
             self.clock,
+            self.cache.clone(),
         );
         Ok(match transaction {
             Some(slot) => call.in_transaction(slot),

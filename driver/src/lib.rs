@@ -123,6 +123,7 @@ pub mod error;
 pub mod memory;
 pub mod metrics;
 pub mod operation;
+pub mod replay_cache;
 mod settle;
 pub mod store;
 pub mod transaction;
@@ -141,7 +142,8 @@ pub use idem_core::{
     Refusal, StoreFailurePolicy, StoredResult, Timestamp,
 };
 pub use memory::MemoryStore;
-pub use metrics::{MetricsSnapshot, StoreErrors};
+pub use metrics::{MetricsSnapshot, ReplayCacheStats, StoreErrors};
 pub use operation::OperationHandle;
+pub use replay_cache::{ReplayCacheBuilder, ReplayCacheConfig, ReplayCacheError};
 pub use store::{BoxError, Store, StoreError};
 pub use transaction::Transaction;

@@ -5,7 +5,8 @@
 //! decode failure or invalid input, or it is abandoned by its caller (attached calls only).
 //! Failed open, lease lost and left to lease count executions that ran without the full
 //! protection (`I7`'s named causes). Store errors are counted per command, including those
-//! a retry recovered and those the attempt gave up at its reply deadline.
+//! a retry recovered and those the attempt gave up at its reply deadline. The replay cache,
+//! when on, counts its hits, misses, evictions and expiries beside them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,10 +40,14 @@ pub(crate) enum Counter {
     LeftToLease,
     RolledBack,
     CommitUnknown,
+    CacheHit,
+    CacheMiss,
+    CacheEviction,
+    CacheExpired,
 }
 
 impl Counter {
-    const COUNT: usize = Counter::CommitUnknown as usize + 1;
+    const COUNT: usize = Counter::CacheExpired as usize + 1;
 }
 
 impl Metrics {
@@ -77,6 +82,14 @@ impl Metrics {
             left_to_lease: read(Counter::LeftToLease),
             rolled_back: read(Counter::RolledBack),
             commit_unknown: read(Counter::CommitUnknown),
+            replay_cache: ReplayCacheStats {
+                hits: read(Counter::CacheHit),
+                misses: read(Counter::CacheMiss),
+                evictions: read(Counter::CacheEviction),
+                expired: read(Counter::CacheExpired),
+                entries: 0,
+                bytes: 0,
+            },
             store_errors: StoreErrors {
                 reserve: errors(CommandKind::Reserve),
                 complete: errors(CommandKind::Complete),
@@ -131,8 +144,31 @@ pub struct MetricsSnapshot {
     pub rolled_back: u64,
     /// Transactional calls whose commit's outcome could not be learned.
     pub commit_unknown: u64,
+    /// The replay cache's counters (all zero while it is off).
+    pub replay_cache: ReplayCacheStats,
     /// Store errors by command, including those a retry recovered.
     pub store_errors: StoreErrors,
+}
+
+/// What the replay cache did
+/// ([`Coordinator::with_replay_cache`](crate::Coordinator::with_replay_cache)). A hit is
+/// also counted as the call's end (`replayed`, `key_reuse`, ...), as a replay through the
+/// store would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ReplayCacheStats {
+    /// Reserves answered from the cache, with no round trip.
+    pub hits: u64,
+    /// Reserves the cache could not answer, sent to the store.
+    pub misses: u64,
+    /// Live records dropped to stay within the bounds.
+    pub evictions: u64,
+    /// Records dropped because their time in the cache had passed.
+    pub expired: u64,
+    /// Records kept now.
+    pub entries: u64,
+    /// Bytes kept now (operations, keys and stored values).
+    pub bytes: u64,
 }
 
 /// Store errors counted per command.

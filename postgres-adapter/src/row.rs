@@ -122,7 +122,13 @@ impl Answer {
                 lease_until: self.deadline()?,
             },
             "replay" => match self.record()? {
-                Record::Completed { result, .. } => Reply::Replay { result },
+                // How long the record has left at the statement's own clock reading.
+                Record::Completed {
+                    result, expires_at, ..
+                } => Reply::Replay {
+                    result,
+                    remaining: Some(expires_at.saturating_duration_since(self.now)),
+                },
                 Record::Pending { .. } => {
                     return Err(Refused::Unexpected("a replay of a pending record".into()));
                 }

@@ -13,6 +13,24 @@ use idem_postgres::{MAX_DURATION_MS, PostgresError, PostgresStore, TableName};
 use sqlx::{AssertSqlSafe, Row};
 use support::TestDb;
 
+/// `reply` with a replay's remaining time taken out, once checked: the statement reads the
+/// server's clock, so it says how long the record has left, within its `retention`.
+fn said(reply: Reply, retention: Duration) -> Reply {
+    match reply {
+        Reply::Replay { result, remaining } => {
+            let left = remaining.expect("a replay says how long its record has left");
+            assert!(
+                !left.is_zero() && left <= retention,
+                "a replay with {left:?} left"
+            );
+            Reply::Replay {
+                result,
+                remaining: None,
+            }
+        }
+        other => other,
+    }
+}
 fn op(name: &str) -> Operation {
     Operation::new(name).unwrap()
 }
@@ -110,9 +128,13 @@ async fn a_key_through_its_life() {
         Reply::Completed(Completion::Repeated)
     );
     assert_eq!(
-        apply(reserve(3, 1, 30_000)).await.unwrap(),
+        said(
+            apply(reserve(3, 1, 30_000)).await.unwrap(),
+            Duration::from_secs(60)
+        ),
         Reply::Replay {
-            result: StoredResult::Value(Body::new("ch_1"))
+            result: StoredResult::Value(Body::new("ch_1")),
+            remaining: None,
         }
     );
     assert_eq!(
@@ -432,9 +454,13 @@ async fn keys_and_operations_at_their_limits_are_stored_verbatim() {
         .unwrap();
     assert_eq!(done, Reply::Completed(Completion::InTime));
     assert_eq!(
-        store.apply(&o, &k, reserve(2, 1, 30_000)).await.unwrap(),
+        said(
+            store.apply(&o, &k, reserve(2, 1, 30_000)).await.unwrap(),
+            Duration::from_secs(60)
+        ),
         Reply::Replay {
-            result: StoredResult::Value(Body::new(body))
+            result: StoredResult::Value(Body::new(body)),
+            remaining: None,
         }
     );
     let stored: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
@@ -511,9 +537,13 @@ async fn the_longest_leases_are_capped_and_stay_readable() {
         .unwrap();
     assert_eq!(done, Reply::Completed(Completion::InTime));
     assert_eq!(
-        store.apply(&o, &k, reserve(2, 1, 10)).await.unwrap(),
+        said(
+            store.apply(&o, &k, reserve(2, 1, 10)).await.unwrap(),
+            Duration::from_millis(MAX_DURATION_MS)
+        ),
         Reply::Replay {
-            result: StoredResult::Panicked
+            result: StoredResult::Panicked,
+            remaining: None,
         }
     );
 }

@@ -368,10 +368,22 @@ async fn a_takeover_waits_for_a_commit_in_progress_and_replays_it() {
     assert!(!taker.is_finished(), "the takeover waits for the row lock");
     tx.commit().await.unwrap();
     let answer = taker.await.unwrap().unwrap();
+    let Reply::Replay { result, remaining } = answer else {
+        panic!("the takeover replays: {answer:?}");
+    };
+    assert!(
+        remaining.is_some(),
+        "the statement says how long the record has left"
+    );
+    let answer = Reply::Replay {
+        result,
+        remaining: None,
+    };
     assert_eq!(
         answer,
         Reply::Replay {
-            result: idem::record::StoredResult::Value(idem::record::Body::new("\"mine\""))
+            result: idem::record::StoredResult::Value(idem::record::Body::new("\"mine\"")),
+            remaining: None,
         }
     );
     assert!(store.stats().raced >= 1, "{:?}", store.stats());

@@ -49,8 +49,29 @@ fn value(bytes: &[u8]) -> StoredResult {
     StoredResult::Value(Body::new(bytes))
 }
 
+/// A replay of `result`, as [`unsaid`] leaves a store's reply.
 fn replay(result: StoredResult) -> Reply {
-    Reply::Replay { result }
+    Reply::Replay {
+        result,
+        remaining: None,
+    }
+}
+
+/// `reply` with a replay's remaining time taken out, once checked: the single-command
+/// reserve leaves it unsaid, and the script says it, within the record's retention.
+fn unsaid(reply: Reply) -> Reply {
+    match reply {
+        Reply::Replay { result, remaining } => {
+            if let Some(left) = remaining {
+                assert!(
+                    !left.is_zero() && left <= Duration::from_secs(24 * 3600),
+                    "a replay with {left:?} left"
+                );
+            }
+            replay(result)
+        }
+        other => other,
+    }
 }
 
 fn renew(owner: u128) -> Command {
@@ -122,7 +143,7 @@ async fn a_key_through_its_life() {
         Reply::Completed(Completion::InTime)
     );
     assert_eq!(
-        store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
+        unsaid(store.apply(&o, &k, reserve(3, b"a")).await.unwrap()),
         replay(value(b"ch_1"))
     );
     // I3: a completed record is never changed or removed.
@@ -184,17 +205,30 @@ async fn a_key_through_its_life() {
     // is unknown: through the single-command reserve and through the script alike.
     for owner in [5, 6] {
         assert_eq!(
-            store
-                .apply(&o, &panicked, reserve(owner, b"a"))
-                .await
-                .unwrap(),
+            unsaid(
+                store
+                    .apply(&o, &panicked, reserve(owner, b"a"))
+                    .await
+                    .unwrap()
+            ),
             replay(StoredResult::Panicked)
         );
         let (reply, _) = store
             .apply_timed(&o, &panicked, reserve(owner, b"a"))
             .await
             .unwrap();
-        assert_eq!(reply, replay(StoredResult::Panicked));
+        // The script reads the server's clock, so it says how long the record has left.
+        assert!(
+            matches!(
+                reply,
+                Reply::Replay {
+                    remaining: Some(_),
+                    ..
+                }
+            ),
+            "{reply:?}"
+        );
+        assert_eq!(unsaid(reply), replay(StoredResult::Panicked));
     }
     assert_eq!(
         store
@@ -277,7 +311,7 @@ async fn release_frees_the_key_and_a_late_complete_is_recorded() {
         Reply::Completed(Completion::AfterLeaseExpiry)
     );
     assert_eq!(
-        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        unsaid(store.apply(&o, &k, reserve(2, b"a")).await.unwrap()),
         replay(StoredResult::NotStored)
     );
 }
@@ -438,7 +472,7 @@ async fn a_server_out_of_memory_still_replays() {
         Err(Some("OOM".to_owned()))
     );
     assert_eq!(
-        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        unsaid(store.apply(&o, &k, reserve(2, b"a")).await.unwrap()),
         replay(value(b"ch_1"))
     );
     assert_eq!(
@@ -638,7 +672,7 @@ async fn keys_and_operations_at_their_limits() {
         Reply::Completed(Completion::InTime)
     );
     assert_eq!(
-        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        unsaid(store.apply(&o, &k, reserve(2, b"a")).await.unwrap()),
         replay(value(&body))
     );
     let expected = format!("{{tenant-7}}:{o}:{k}");

@@ -185,7 +185,7 @@ impl fmt::Display for ShortReply<'_> {
             Reply::InFlight { lease_until } => {
                 write!(f, "InFlight(until t+{})", lease_until.as_millis())
             }
-            Reply::Replay { result } => write!(f, "Replay({})", ResultLabel(result)),
+            Reply::Replay { result, .. } => write!(f, "Replay({})", ResultLabel(result)),
             Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
             Reply::Completed(c) => write!(f, "Completed({c:?})"),
             Reply::Renewed(r) => match r.lease_until {

@@ -265,6 +265,7 @@ fn result_cache(
                 if *stored == fingerprint {
                     unchanged(Reply::Replay {
                         result: result.clone(),
+                        remaining: None,
                     })
                 } else {
                     unchanged(Reply::KeyReuse { stored: *stored })

@@ -290,7 +290,7 @@ impl Attempt {
                 }
                 self.in_flight(now);
             }
-            (CommandKind::Reserve, Reply::Replay { result }) => {
+            (CommandKind::Reserve, Reply::Replay { result, .. }) => {
                 self.reserve_first_sent = None;
                 self.phase = Phase::Finished(Outcome::Replayed { result });
             }

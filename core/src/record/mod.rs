@@ -312,6 +312,13 @@ pub enum Reply {
     Replay {
         /// The stored result.
         result: StoredResult,
+        /// How long the record has left at the instant the store answered, on the store's
+        /// clock (its `expires_at` minus that `now`), if the store read its clock to answer.
+        /// The record machine always says; a store that answers a live record from its
+        /// bytes alone ([`reserve_live`], the Redis single-command reserve) leaves it unsaid.
+        /// Nothing in the attempt protocol reads it: a driver's replay cache does, and keeps
+        /// the record for less than this (MODEL.md, "The replay cache").
+        remaining: Option<Duration>,
     },
     /// Reserve: the key belongs to a request with another fingerprint (`I4`).
     KeyReuse {

@@ -84,7 +84,15 @@ fn reserve(
             }),
         };
     };
-    Transition::unchanged(reserve_live(record, owner, fingerprint))
+    let reply = match reserve_live(record, owner, fingerprint) {
+        // The machine read its clock: it says how long the completed record has left.
+        Reply::Replay { result, .. } => Reply::Replay {
+            result,
+            remaining: Some(record.expires_at().saturating_duration_since(now)),
+        },
+        reply => reply,
+    };
+    Transition::unchanged(reply)
 }
 
 /// The answer to a reserve of a **live** record, which changes nothing and reads no clock:
@@ -112,8 +120,10 @@ pub fn reserve_live(record: &Record, owner: OwnerToken, fingerprint: Fingerprint
         Record::Pending { lease_until, .. } => Reply::InFlight {
             lease_until: *lease_until,
         },
+        // Without a clock, how long the record has left stays unsaid.
         Record::Completed { result, .. } => Reply::Replay {
             result: result.clone(),
+            remaining: None,
         },
     }
 }

@@ -14,6 +14,7 @@
 //! decoded.
 
 mod action;
+mod cache;
 mod outcome;
 
 use std::any::Any;
@@ -24,8 +25,8 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::{Either, Fuse, FusedFuture};
-use idem_core::record::{CommandKind, Reply};
-use idem_core::{Key, Operation, ProtocolError, Step};
+use idem_core::record::{CommandKind, Reply, StoredResult};
+use idem_core::{Key, Operation, ProtocolError, Step, Timestamp};
 use tokio::sync::watch;
 
 use crate::answer::Answer;
@@ -34,6 +35,7 @@ use crate::clock::Clock;
 use crate::codec::Codec;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::replay_cache::ReplayCache;
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
@@ -88,6 +90,12 @@ pub(crate) struct Call<S: Store, C, T, E> {
     transaction: Option<TransactionSlot>,
     /// Whether the attempt waited for another holder of the key.
     waited: bool,
+    /// The coordinator's replay cache, if it has one.
+    cache: Option<Arc<ReplayCache>>,
+    /// When the last reserve was sent, for a replay's remaining time.
+    reserve_sent: Timestamp,
+    /// When the first complete was sent, and what it records.
+    completing: Option<(Timestamp, StoredResult)>,
 }
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
@@ -97,6 +105,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         codec: C,
         metrics: Arc<Metrics>,
         clock: Clock,
+        cache: Option<Arc<ReplayCache>>,
     ) -> Self {
         let (operation, key) = (
             guard.attempt.operation().clone(),
@@ -118,6 +127,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             lease: None,
             transaction: None,
             waited: false,
+            cache,
+            reserve_sent: Timestamp::ZERO,
+            completing: None,
         }
     }
 
@@ -212,6 +224,10 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     None => return Ok(Paused::AtRun),
                 },
                 Step::Send { command: next, .. } => {
+                    if self.answered_from_cache(&next, now)? {
+                        continue;
+                    }
+                    self.sending(&next, now);
                     sent = Some(next.kind());
                     if self.waited && next.kind() == CommandKind::Reserve {
                         watching.before_reserve(|| store.watch(&operation, &key));
@@ -293,7 +309,6 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         answer: Result<Reply, StoreError>,
     ) -> Result<(), Error<E>> {
         let now = self.clock.now();
-        let attempt = &mut self.guard.attempt;
         match answer {
             Ok(reply) => {
                 tracing::trace!(
@@ -303,7 +318,8 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     ?reply,
                     "store replied"
                 );
-                attempt.handle_reply(reply, now)?;
+                self.store_replied(command, &reply, now);
+                self.guard.attempt.handle_reply(reply, now)?;
             }
             Err(StoreError::Corrupt { detail, .. }) => {
                 tracing::error!(
@@ -314,7 +330,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     "the key holds a value that is not a record; nothing is run or written"
                 );
                 self.corrupt = Some(detail);
-                attempt.handle_corrupt_record(now)?;
+                self.guard.attempt.handle_corrupt_record(now)?;
             }
             Err(error) => {
                 self.metrics.store_error(command);
@@ -326,7 +342,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     "store command failed"
                 );
                 self.store_error = Some(error);
-                attempt.handle_store_error(now)?;
+                self.guard.attempt.handle_store_error(now)?;
             }
         }
         Ok(())

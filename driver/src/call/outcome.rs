@@ -15,6 +15,9 @@ use crate::store::{Store, StoreError};
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     /// Turns the attempt's outcome into the call's result.
     pub(super) fn conclude(&mut self, outcome: Outcome) -> Ended<T, E> {
+        if let Outcome::Executed(execution) | Outcome::Panicked(execution) = &outcome {
+            self.completed(execution, self.clock.now());
+        }
         let metrics = &self.metrics;
         let (operation, key) = (&self.operation, &self.key);
         let answer = match outcome {

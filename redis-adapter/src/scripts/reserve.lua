@@ -11,6 +11,6 @@ if rec.state == 1 then
   end
   return {'F', now, rec.deadline}
 end
-if rec.state == 3 then return {'P', now, rec.body} end
-if rec.state == 6 then return {'U', now} end
-return {'P', now}
+if rec.state == 3 then return {'P', now, rec.deadline, rec.body} end
+if rec.state == 6 then return {'U', now, rec.deadline} end
+return {'P', now, rec.deadline}

@@ -85,18 +85,22 @@ pub(super) fn parse_reply(
             },
             None => return Err(unexpected(format!("lease {field:?}"))),
         },
-        (Command::Reserve { .. }, b'P') => match field {
-            None => Reply::Replay {
-                result: StoredResult::NotStored,
-            },
-            Some(Value::BulkString(body)) => Reply::Replay {
-                result: StoredResult::Value(Body::new(body)),
-            },
-            Some(other) => return Err(unexpected(format!("body {other:?}"))),
-        },
-        (Command::Reserve { .. }, b'U') if field.is_none() => Reply::Replay {
-            result: StoredResult::Panicked,
-        },
+        // A completed record: its deadline, then its body if it has one. How long it has
+        // left is the deadline minus the script's own `now`.
+        (Command::Reserve { .. }, tag @ (b'P' | b'U')) => {
+            let Some(deadline) = int(&field) else {
+                return Err(unexpected(format!("deadline {field:?}")));
+            };
+            let remaining = Some(Timestamp::from_millis(deadline).saturating_duration_since(now));
+            let result = match (tag, items.next()) {
+                (b'P', None) => StoredResult::NotStored,
+                (b'P', Some(Value::BulkString(body))) => StoredResult::Value(Body::new(body)),
+                (b'U', None) => StoredResult::Panicked,
+                (_, Some(other)) => return Err(unexpected(format!("body {other:?}"))),
+                (_, None) => return Err(unexpected("a result without its state".into())),
+            };
+            Reply::Replay { result, remaining }
+        }
         (Command::Reserve { .. }, b'K') => match field {
             Some(Value::BulkString(bytes)) => match <[u8; 32]>::try_from(bytes.as_slice()) {
                 Ok(bytes) => Reply::KeyReuse {
