@@ -41,7 +41,8 @@ fn charges_by_key<'h>(run: &Run<'h>) -> Vec<Vec<&'h Charge<usize>>> {
 /// charge is counted under the cause that allows it.
 fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Verdict) {
     for (key, charges) in charges.iter().enumerate() {
-        if charges.len() < 2 {
+        // A key with effects that commit with the record is `T1`'s (`transaction`).
+        if charges.len() < 2 || super::transaction::has_commits(run, charges) {
             continue;
         }
         let extras = charges.len() - 1;
@@ -139,7 +140,7 @@ pub(super) fn cause_of(run: &Run<'_>, who: usize, charges: &[&Charge<usize>]) ->
 }
 
 /// A charge made after the result an earlier charge's attempt recorded had expired.
-fn retention_expired(
+pub(super) fn retention_expired(
     run: &Run<'_>,
     charge: &Charge<usize>,
     earlier: &[&Charge<usize>],

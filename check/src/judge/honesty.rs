@@ -24,6 +24,10 @@ pub(super) fn honesty(run: &Run<'_>, found: &mut Vec<Violation>) {
             continue;
         }
         let facts = &run.facts[who];
+        // A transactional commit is honest by `T1`: committed or not, never a second effect.
+        if facts.transactional {
+            continue;
+        }
         let label = run.label(who);
         let reported = facts.settled.or(facts.finished);
         if facts.lapsed {

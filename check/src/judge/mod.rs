@@ -19,7 +19,10 @@
 //! - the abnormal ends of rule 11 (`ends`): a panicked action is recorded and replayed as
 //!   "outcome unknown" and its key never released; a key that holds no record runs
 //!   nothing; the key of an action dropped mid-run is never released; and every attempt
-//!   ends, an abandoned one in the settlement its phase calls for (liveness).
+//!   ends, an abandoned one in the settlement its phase calls for (liveness);
+//! - effects that commit with the record (`transaction`, `T1`): a transactional action's
+//!   writes commit only with the complete that records its result, once per life of the
+//!   record, and its outcome says whether they did.
 //!
 //! A violation names its rule and the event at which it is seen; a [`Counterexample`]
 //! prints them with the whole history as a story.
@@ -38,6 +41,7 @@ mod report;
 mod run;
 mod sent;
 mod steps;
+mod transaction;
 
 use std::fmt;
 
@@ -96,11 +100,16 @@ pub enum Rule {
     DroppedActionKeepsKey,
     /// The driver feeds the attempt machine only inputs it awaits.
     DriverProtocol,
+    /// Effects that commit with the record (MODEL.md, "T1"): a transactional action's writes
+    /// commit only with the complete that records its result, at most once per life of the
+    /// record, never a second time because a holder lost its lease; its outcome says
+    /// whether they committed.
+    TransactionalEffectOnce,
 }
 
 impl Rule {
     /// Every rule, in the order above.
-    pub const ALL: [Rule; 19] = [
+    pub const ALL: [Rule; 20] = [
         Rule::I1,
         Rule::I2,
         Rule::I3,
@@ -120,6 +129,7 @@ impl Rule {
         Rule::CorruptRecordRunsNothing,
         Rule::DroppedActionKeepsKey,
         Rule::DriverProtocol,
+        Rule::TransactionalEffectOnce,
     ];
 
     /// The rule's name, as MODEL.md writes it.
@@ -144,6 +154,7 @@ impl Rule {
             Rule::CorruptRecordRunsNothing => "R11 corrupt-record-runs-nothing",
             Rule::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Rule::DriverProtocol => "driver protocol",
+            Rule::TransactionalEffectOnce => "T1 transactional-effect-once",
         }
     }
 }
@@ -161,6 +172,7 @@ pub fn judge(history: &History) -> Verdict {
     steps::judge(&run, &mut verdict.violations);
     effects::judge(&run, &mut verdict);
     ends::judge(&run, &mut verdict.violations);
+    transaction::judge(&run, &mut verdict);
     verdict
 }
 

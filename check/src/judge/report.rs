@@ -96,8 +96,13 @@ impl fmt::Display for Violation {
 pub struct Verdict {
     /// Every rule broken, in the order found.
     pub violations: Vec<Violation>,
-    /// The extra effects, each counted under the cause that allows it.
+    /// The extra effects, each counted under the cause that allows it (transactional
+    /// effects apart).
     pub extra: CauseCounts,
+    /// The extra effects that committed with the record (transactional), by cause: only
+    /// `retention-expired` is allowed; one counted under another cause (a lease lost, a
+    /// holder crashed or dropped) is also a violation of `T1`.
+    pub extra_transactional: CauseCounts,
 }
 
 impl Verdict {

@@ -37,6 +37,10 @@ pub(super) struct Facts {
     pub(super) settled: Option<usize>,
     /// It got stuck, or its driver broke the protocol.
     pub(super) stopped: bool,
+    /// Its action is transactional: its effect commits with its record, or not at all.
+    pub(super) transactional: bool,
+    /// Where its transactional action made its writes, uncommitted.
+    pub(super) wrote: Option<usize>,
     /// It received "corrupt" before its action ran: where it first did.
     pub(super) corrupt_before_run: Option<usize>,
     /// When (store's clock) the store last wrote its own reservation for its reserve.
@@ -144,11 +148,35 @@ impl<'h> Run<'h> {
         }
     }
 
+    /// Whether the attempt's action panicked, its effect unknown: a transactional action's
+    /// panic takes its writes with it, so it is a failure instead (`T1`).
     pub(super) fn panicked(&self, who: usize) -> bool {
-        matches!(
-            self.facts.get(who).and_then(|f| f.ended),
-            Some((_, ActionEnd::Panicked))
-        )
+        self.facts
+            .get(who)
+            .is_some_and(|f| !f.transactional && matches!(f.ended, Some((_, ActionEnd::Panicked))))
+    }
+
+    /// Whether the attempt's action is transactional.
+    pub(super) fn transactional(&self, who: usize) -> bool {
+        self.facts.get(who).is_some_and(|f| f.transactional)
+    }
+
+    /// The id of the attempt's effect: its charge's, or the one its transactional action
+    /// gave its writes (committed or not).
+    pub(super) fn effect_id(&self, who: usize) -> Option<&'h str> {
+        let facts = self.facts.get(who)?;
+        if let Some((_, line)) = facts.charge {
+            return self
+                .history
+                .statement
+                .lines()
+                .get(line)
+                .map(|c| c.id.as_str());
+        }
+        match &self.history.events.get(facts.wrote?)?.kind {
+            EventKind::Wrote { id } => Some(id.as_str()),
+            _ => None,
+        }
     }
 
     pub(super) fn violation(&self, rule: Rule, event: Option<usize>, detail: String) -> Violation {
@@ -180,8 +208,12 @@ impl<'h> Run<'h> {
                     }
                     facts.unprotected |= *unprotected;
                 }
-                EventKind::Charged { charge } => {
+                EventKind::Charged { charge } | EventKind::Committed { charge } => {
                     facts.charge.get_or_insert((index, *charge));
+                }
+                EventKind::Transactional => facts.transactional = true,
+                EventKind::Wrote { .. } => {
+                    facts.wrote.get_or_insert(index);
                 }
                 EventKind::ActionEnded(end) => {
                     facts.ended.get_or_insert((index, *end));

@@ -52,7 +52,9 @@ pub(super) fn command_sent(
                     ),
                 ));
             }
-            if facts.dropped && facts.abandoned.is_some_and(|at| at < index) {
+            // A transactional action dropped mid-run took its writes with it (`T1`).
+            if facts.dropped && !facts.transactional && facts.abandoned.is_some_and(|at| at < index)
+            {
                 found.push(run.violation(
                     Rule::DroppedActionKeepsKey,
                     Some(index),
@@ -64,9 +66,7 @@ pub(super) fn command_sent(
         }
         Command::Complete { result, .. } => {
             let ended = facts.ended.map(|(_, end)| end);
-            let charge = facts
-                .charge
-                .and_then(|(_, line)| run.history.statement.lines().get(line));
+            let charge = run.effect_id(who);
             let (rule, fine) = match result {
                 StoredResult::Panicked => (
                     Rule::PanicIsOutcomeUnknown,
@@ -76,7 +76,7 @@ pub(super) fn command_sent(
                 StoredResult::Value(body) => (
                     Rule::I5,
                     ended == Some(ActionEnd::Succeeded)
-                        && charge.is_some_and(|c| c.id.as_bytes() == body.as_bytes()),
+                        && charge.is_some_and(|id| id.as_bytes() == body.as_bytes()),
                 ),
                 StoredResult::NotStored => (
                     Rule::I5,
@@ -89,7 +89,7 @@ pub(super) fn command_sent(
                     Some(index),
                     format!(
                         "{label} records {result:?} after its action ended {ended:?} with charge {:?}",
-                        charge.map(|c| c.id.as_str())
+                        charge
                     ),
                 ));
             }

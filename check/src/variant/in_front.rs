@@ -123,7 +123,8 @@ impl Variant {
                 | Variant::CorruptReadAsAbsent
                 | Variant::ReleaseOnAbandon
                 | Variant::PanicReleases
-                | Variant::CorruptFailsOpen,
+                | Variant::CorruptFailsOpen
+                | Variant::CommitWithoutOwnerCheck,
                 _,
             ) => return None,
         })

@@ -110,6 +110,11 @@ pub enum Variant {
     /// BROKEN driver: a "corrupt record" answer is fed as a store failure, so the command
     /// is retried and, under fail-open, the action runs unprotected (rule 11).
     CorruptFailsOpen,
+    /// BROKEN transactional store: the complete is applied inside the action's transaction
+    /// as the record machine says, but the transaction commits whatever it answered, so a
+    /// holder whose key was taken over (its complete refused, `NotOwner`) commits its writes
+    /// too ([`Variant::commits`]; `T1`).
+    CommitWithoutOwnerCheck,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -117,7 +122,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 20] = [
+    pub const ALL: [Variant; 21] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -138,6 +143,7 @@ impl Variant {
         Variant::ReleaseOnAbandon,
         Variant::PanicReleases,
         Variant::CorruptFailsOpen,
+        Variant::CommitWithoutOwnerCheck,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -168,6 +174,7 @@ impl Variant {
             Variant::ReleaseOnAbandon => "release-on-abandon",
             Variant::PanicReleases => "panic-releases",
             Variant::CorruptFailsOpen => "corrupt-fails-open",
+            Variant::CommitWithoutOwnerCheck => "commit-without-owner-check",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The broken stores kept in memory: each a rewrite of `idem_core::record::apply` that
 //! changes one decision and otherwise defers to it ([`Variant::apply`]), for the stores the
 //! simulation and the model checkers keep; and how a store files a key (`I12`) or reads a
-//! value that is not a record (rule 11).
+//! value that is not a record (rule 11), and whether a transactional store commits.
 
 use idem_core::record::{self, Transition, Write};
 use idem_core::{
@@ -21,6 +21,13 @@ impl Variant {
     /// that reads the value as an absent key.
     pub fn apply_to_garbage(self, command: Command, now: Timestamp) -> Option<Transition> {
         (self == Variant::CorruptReadAsAbsent).then(|| record::apply(None, command, now))
+    }
+
+    /// Whether this variant's store commits a transactional action's writes with a complete
+    /// it answered `reply`: `record::commits` (only a recorded result commits), except
+    /// [`Variant::CommitWithoutOwnerCheck`], which commits whatever it answered.
+    pub fn commits(self, reply: &Reply) -> bool {
+        self == Variant::CommitWithoutOwnerCheck || record::commits(reply)
     }
 
     /// Whether the store judges expiry by the sending caller's clock (the skewed-clock bug).

@@ -7,28 +7,33 @@
 //! keeps polling for renewals while the action runs (waiting on the action, the outstanding
 //! command, a change notice and a timer together), and turns the attempt's outcome into the
 //! typed result.
+//!
+//! Here is the loop, and how a store's answer is fed back; `action` starts the action with
+//! its claim, takes what it returned or how it panicked (rule 11), and keeps its claim's
+//! lease view; `outcome` turns the attempt's outcome into the typed result, a replay
+//! decoded.
+
+mod action;
+mod outcome;
 
 use std::any::Any;
 use std::future::Future;
-use std::panic::{self, AssertUnwindSafe};
-use std::pin::{Pin, pin};
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::{Either, Fuse, FusedFuture};
-use idem_core::record::{Body, CommandKind, Reply, StoredResult};
-use idem_core::{
-    ActionResult, Execution, Key, LeaseState, Operation, Outcome, Protection, ProtocolError, Step,
-    Timestamp,
-};
+use idem_core::record::{CommandKind, Reply};
+use idem_core::{Key, Operation, ProtocolError, Step};
 use tokio::sync::watch;
 
-use crate::answer::{Answer, Provenance};
+use crate::answer::Answer;
 use crate::claim::{Claim, LeaseView};
 use crate::clock::Clock;
 use crate::codec::Codec;
 use crate::error::Error;
-use crate::metrics::{Counter, Metrics};
+use crate::metrics::Metrics;
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
@@ -281,34 +286,6 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         }
     }
 
-    /// Starts the action the attempt handed out, with its claim.
-    fn start<F, Fut>(
-        &mut self,
-        action: F,
-        now: Timestamp,
-        mut running: Pin<&mut ActionFuture<Fut>>,
-    ) -> Result<(), Error<E>>
-    where
-        F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let claim = self.claim(now);
-        tracing::debug!(
-            operation = %self.operation,
-            key = %self.key,
-            protected = claim.is_protected(),
-            "running the action"
-        );
-        // A panic while making the future counts as the action's panic.
-        match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
-            Ok(future) => {
-                running.set(AssertUnwindSafe(future).catch_unwind().fuse());
-                Ok(())
-            }
-            Err(payload) => self.action_finished(Err(payload)),
-        }
-    }
-
     /// Feeds the store's answer to the attempt.
     fn answered(
         &mut self,
@@ -353,258 +330,5 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             }
         }
         Ok(())
-    }
-
-    /// The action finished (returned or panicked): keep its value, error or panic, and
-    /// tell the attempt what to record.
-    fn action_finished(
-        &mut self,
-        result: Result<Result<T, E>, Box<dyn Any + Send>>,
-    ) -> Result<(), Error<E>> {
-        // The claim's lease no longer matters; a lease-lost future now never resolves.
-        self.lease = None;
-        let fed = match result {
-            Ok(Ok(value)) => {
-                // Rule 11: a value whose encoding panics is a panic after the effect.
-                match panic::catch_unwind(AssertUnwindSafe(|| self.codec.encode(&value))) {
-                    Ok(Ok(bytes)) => {
-                        self.value = Some(value);
-                        ActionResult::Succeeded(Body::new(bytes))
-                    }
-                    Ok(Err(error)) => {
-                        tracing::warn!(
-                            operation = %self.operation,
-                            key = %self.key,
-                            %error,
-                            "the action's value cannot be encoded; completing without a body"
-                        );
-                        self.value = Some(value);
-                        ActionResult::Unrecordable
-                    }
-                    Err(payload) => self.panicked(payload),
-                }
-            }
-            Ok(Err(error)) => {
-                self.failure = Some(error);
-                ActionResult::Failed
-            }
-            Err(payload) => self.panicked(payload),
-        };
-        let now = self.clock.now();
-        self.guard.attempt.handle_action_result(fed, now)?;
-        Ok(())
-    }
-
-    fn panicked(&mut self, payload: Box<dyn Any + Send>) -> ActionResult {
-        tracing::error!(
-            operation = %self.operation,
-            key = %self.key,
-            "the action panicked; its effect is unknown, so the key is recorded as such and \
-             never given back"
-        );
-        self.panic = Some(payload);
-        ActionResult::Panicked
-    }
-
-    /// The claim handed to the action, and the channel that keeps its lease view.
-    fn claim(&mut self, now: Timestamp) -> Claim {
-        let (sender, receiver) = watch::channel(self.lease_view(now));
-        self.lease = Some(sender);
-        Claim::new(
-            self.operation.clone(),
-            self.key.clone(),
-            self.guard.attempt.owner(),
-            receiver,
-        )
-    }
-
-    fn lease_view(&self, now: Timestamp) -> LeaseView {
-        let attempt = &self.guard.attempt;
-        LeaseView {
-            state: attempt.lease(now),
-            confirmed_until: attempt
-                .lease_confirmed_until()
-                .and_then(|until| self.clock.instant(until)),
-        }
-    }
-
-    /// Tells the running action's claim what the attempt knows about its lease.
-    fn publish_lease(&self, now: Timestamp) {
-        let Some(sender) = &self.lease else {
-            return;
-        };
-        let view = self.lease_view(now);
-        if view.state == LeaseState::NotRunning {
-            return;
-        }
-        let mut worse = false;
-        sender.send_if_modified(|current| {
-            let moved = *current != view;
-            worse = current.state != view.state && view.state != LeaseState::Held;
-            *current = view;
-            moved
-        });
-        if worse {
-            tracing::warn!(
-                operation = %self.operation,
-                key = %self.key,
-                lease = ?view.state,
-                "the running action's lease is no longer confirmed"
-            );
-        }
-    }
-
-    /// Turns the attempt's outcome into the call's result.
-    fn conclude(&mut self, outcome: Outcome) -> Ended<T, E> {
-        let metrics = &self.metrics;
-        let (operation, key) = (&self.operation, &self.key);
-        let answer = match outcome {
-            Outcome::Executed(execution) => {
-                metrics.count(Counter::Executed);
-                let provenance = self.provenance(execution);
-                tracing::debug!(%operation, %key, ?provenance, "executed");
-                match self.value.take() {
-                    Some(value) => Ok(Answer {
-                        value,
-                        provenance,
-                        waited: self.waited,
-                    }),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::Panicked(execution) => {
-                metrics.count(Counter::Panicked);
-                let _ = self.provenance(execution);
-                tracing::warn!(%operation, %key, record = ?execution.record, "the panic is recorded; resuming it");
-                match self.panic.take() {
-                    Some(payload) => return Ended::Panic(payload),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::ActionFailed { released } => {
-                if let Some(payload) = self.panic.take() {
-                    // A transactional action's panic rolled its writes back: released.
-                    metrics.count(Counter::Panicked);
-                    return Ended::Panic(payload);
-                }
-                metrics.count(Counter::ActionFailed);
-                tracing::debug!(%operation, %key, released, "the action failed; key given back");
-                match self.failure.take() {
-                    Some(failure) => Err(Error::Action(failure)),
-                    None => Err(ProtocolError::ActionNotRunning.into()),
-                }
-            }
-            Outcome::RolledBack { released } => {
-                metrics.count(Counter::RolledBack);
-                tracing::warn!(
-                    %operation,
-                    %key,
-                    released,
-                    "the action's writes were rolled back with its record: the key was no \
-                     longer this call's, or the commit failed"
-                );
-                Err(Error::RolledBack)
-            }
-            Outcome::CommitUnknown => {
-                metrics.count(Counter::CommitUnknown);
-                tracing::warn!(%operation, %key, "the commit's outcome is unknown");
-                Err(Error::CommitUnknown)
-            }
-            Outcome::Replayed { result } => self.replay(result),
-            Outcome::KeyReuse { stored, given } => {
-                metrics.count(Counter::KeyReuse);
-                tracing::debug!(%operation, %key, %stored, %given, "refused: key reuse");
-                Err(Error::KeyReuse { stored, given })
-            }
-            Outcome::InProgress => {
-                metrics.count(Counter::InProgress);
-                tracing::debug!(%operation, %key, "refused: in progress");
-                Err(Error::InProgress)
-            }
-            Outcome::StoreUnavailable => {
-                metrics.count(Counter::StoreUnavailable);
-                tracing::warn!(%operation, %key, "refused: store unavailable (fail closed)");
-                let error = self
-                    .store_error
-                    .take()
-                    .unwrap_or_else(|| StoreError::Unavailable {
-                        command: CommandKind::Reserve,
-                        source: "no reply by the attempt's deadline".into(),
-                    });
-                Err(Error::StoreUnavailable(error))
-            }
-            Outcome::CorruptRecord => {
-                metrics.count(Counter::CorruptRecord);
-                Err(Error::CorruptRecord {
-                    operation: operation.clone(),
-                    key: key.clone(),
-                    detail: self.corrupt.take().unwrap_or_default(),
-                })
-            }
-            // Only a driver abandons; this one does so in its guard, after the call.
-            Outcome::Abandoned(_) => Err(ProtocolError::ActionNotRunning.into()),
-        };
-        Ended::Answer(answer)
-    }
-
-    /// The provenance of an execution, counted.
-    fn provenance(&self, execution: Execution) -> Provenance {
-        let Execution {
-            protection,
-            record,
-            lease_lost,
-        } = execution;
-        let (operation, key) = (&self.operation, &self.key);
-        if record == idem_core::Recording::CorruptRecord {
-            self.metrics.count(Counter::CorruptRecord);
-        }
-        if lease_lost {
-            self.metrics.count(Counter::LeaseLost);
-            tracing::warn!(%operation, %key, ?record, "executed, but the lease lapsed meanwhile");
-        }
-        match protection {
-            Protection::Reserved => Provenance::Executed {
-                lease_lost,
-                recording: record,
-            },
-            Protection::FailedOpen => {
-                self.metrics.count(Counter::FailedOpen);
-                tracing::warn!(%operation, %key, ?record, "executed unprotected: the store failed open");
-                Provenance::ExecutedUnprotected { recording: record }
-            }
-        }
-    }
-
-    /// The answer to a replay of what an identical request's record holds.
-    fn replay(&self, result: StoredResult) -> Result<Answer<T>, Error<E>> {
-        let (metrics, operation, key) = (&self.metrics, &self.operation, &self.key);
-        match result {
-            StoredResult::Value(body) => match self.codec.decode(body.as_bytes()) {
-                Ok(value) => {
-                    metrics.count(Counter::Replayed);
-                    tracing::debug!(%operation, %key, "replayed");
-                    Ok(Answer {
-                        value,
-                        provenance: Provenance::Replayed,
-                        waited: self.waited,
-                    })
-                }
-                Err(error) => {
-                    metrics.count(Counter::DecodeFailed);
-                    tracing::warn!(%operation, %key, %error, "stored result does not decode");
-                    Err(Error::Decode(error))
-                }
-            },
-            StoredResult::NotStored => {
-                metrics.count(Counter::ResultNotStored);
-                tracing::debug!(%operation, %key, "completed earlier without a stored result");
-                Err(Error::ResultNotStored)
-            }
-            StoredResult::Panicked => {
-                metrics.count(Counter::OutcomeUnknown);
-                tracing::warn!(%operation, %key, "an identical request panicked; not run again");
-                Err(Error::OutcomeUnknown)
-            }
-        }
     }
 }
