@@ -45,6 +45,16 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
         &self.lines[last]
     }
 
+    /// Writes that committed in the store's own database, with the record of their result
+    /// (MODEL.md, "Effects that commit with the record"), under `key` at `at` (by attempt
+    /// `by`, if known): a line under the id `id` their action chose when it made them, since
+    /// they are named before anyone knows whether they will commit. Returns the new line.
+    pub fn commit(&mut self, key: K, by: Option<usize>, at: u64, id: String) -> &Charge<K> {
+        self.lines.push(Charge { key, id, by, at });
+        let last = self.lines.len() - 1;
+        &self.lines[last]
+    }
+
     /// Every line, in order.
     pub fn lines(&self) -> &[Charge<K>] {
         &self.lines

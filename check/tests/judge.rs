@@ -1061,3 +1061,181 @@ fn driver_protocol_an_input_the_machine_refused() {
         .event(30, A, EventKind::Protocol("a reply nobody awaited".into()))
         .breaks(Rule::DriverProtocol);
 }
+
+/// `who`'s action is transactional: it writes `id` uncommitted at `at`.
+fn transactional_writes(story: Story, at: u64, who: usize, id: &str) -> Story {
+    story
+        .event(0, who, EventKind::Transactional)
+        .run(at, who)
+        .event(at + 5, who, EventKind::Wrote { id: id.into() })
+}
+
+/// The store applies `who`'s complete of `id` over `before`, answering `reply`, and commits
+/// the writes with it when `commit`.
+fn transactional_complete(
+    story: Story,
+    at: u64,
+    who: usize,
+    id: &str,
+    (before, reply, after): (Option<Record>, Reply, Option<Record>),
+    commit: bool,
+) -> Story {
+    let mut story = story
+        .event(
+            at,
+            who,
+            EventKind::Sent(idem_core::record::CommandKind::Complete),
+        )
+        .event(
+            at,
+            who,
+            EventKind::Store {
+                command: complete(who, id),
+                before,
+                answer: Answer::Reply(reply.clone()),
+                after,
+            },
+        );
+    if commit {
+        story.0.commit(at, who, id.into());
+    }
+    story.event(at, who, EventKind::Received(Received::Reply(reply)))
+}
+
+/// A (transactional) writes `tx_1` and pauses past its lease; B takes the key over, writes
+/// `tx_2` and commits; A's complete is refused and rolls back (`commit_anyway`: commits).
+fn paused_transactional_holder(commit_anyway: bool, a_ends: Outcome) -> Story {
+    let story = transactional_writes(Story::new().granted(0, A, None), 5, A, "tx_1").ended(
+        1_290,
+        A,
+        ActionEnd::Succeeded,
+    );
+    let story = transactional_writes(story.granted(1_200, B, pending(A, 1_000)), 1_205, B, "tx_2")
+        .ended(1_215, B, ActionEnd::Succeeded);
+    let story = transactional_complete(
+        story,
+        1_220,
+        B,
+        "tx_2",
+        (
+            pending(B, 2_200),
+            Reply::Completed(Completion::InTime),
+            completed_with(B, value("tx_2"), 61_220),
+        ),
+        true,
+    )
+    .finish(1_220, B, executed(false));
+    transactional_complete(
+        story,
+        1_300,
+        A,
+        "tx_1",
+        (
+            completed_with(B, value("tx_2"), 61_220),
+            Reply::Refused(Refusal::NotOwner),
+            completed_with(B, value("tx_2"), 61_220),
+        ),
+        commit_anyway,
+    )
+    .finish(1_300, A, a_ends)
+}
+
+#[test]
+fn t1_a_paused_transactional_holder_taken_over_commits_nothing_and_passes() {
+    let story = paused_transactional_holder(false, Outcome::RolledBack { released: true });
+    let verdict = judge(&story.0);
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(story.0.statement.ids(), ["tx_2"]);
+    assert_eq!(
+        verdict.extra.total() + verdict.extra_transactional.total(),
+        0
+    );
+}
+
+#[test]
+fn t1_a_refused_complete_that_commits_its_writes() {
+    let story = paused_transactional_holder(true, Outcome::RolledBack { released: true });
+    let verdict = judge(&story.0);
+    assert_eq!(
+        verdict.rules().into_iter().collect::<Vec<_>>(),
+        [Rule::TransactionalEffectOnce],
+        "{:?}",
+        verdict.violations
+    );
+    // Its lease had run out: `I7` would have let that explain the second effect.
+    assert_eq!(verdict.extra_transactional.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.extra.total(), 0);
+}
+
+#[test]
+fn t1_a_transactional_holder_that_says_executed_of_writes_rolled_back() {
+    paused_transactional_holder(false, executed(true)).breaks(Rule::TransactionalEffectOnce);
+}
+
+#[test]
+fn t1_a_result_recorded_without_its_writes_committed() {
+    let story = transactional_writes(Story::new().granted(0, A, None), 5, A, "tx_1").ended(
+        15,
+        A,
+        ActionEnd::Succeeded,
+    );
+    transactional_complete(
+        story,
+        20,
+        A,
+        "tx_1",
+        (
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed_with(A, value("tx_1"), 60_020),
+        ),
+        false,
+    )
+    .finish(20, A, Outcome::RolledBack { released: true })
+    .breaks(Rule::TransactionalEffectOnce);
+}
+
+#[test]
+fn t1_a_second_commit_after_the_retention_passes() {
+    let story = transactional_writes(Story::new().granted(0, A, None), 5, A, "tx_1").ended(
+        15,
+        A,
+        ActionEnd::Succeeded,
+    );
+    let story = transactional_complete(
+        story,
+        20,
+        A,
+        "tx_1",
+        (
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed_with(A, value("tx_1"), 60_020),
+        ),
+        true,
+    )
+    .finish(20, A, executed(false));
+    let expired = completed_with(A, value("tx_1"), 60_020);
+    let story = transactional_writes(story.granted(70_000, D, expired), 70_005, D, "tx_2").ended(
+        70_015,
+        D,
+        ActionEnd::Succeeded,
+    );
+    let story = transactional_complete(
+        story,
+        70_020,
+        D,
+        "tx_2",
+        (
+            pending(D, 71_000),
+            Reply::Completed(Completion::InTime),
+            completed_with(D, value("tx_2"), 130_020),
+        ),
+        true,
+    )
+    .finish(70_020, D, executed(false));
+    let verdict = judge(&story.0);
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(verdict.extra_transactional.get(Cause::RetentionExpired), 1);
+    assert_eq!(verdict.extra_transactional.total(), 1);
+}

@@ -81,6 +81,7 @@ fn store_step_variants() -> impl Iterator<Item = Variant> {
                     | Variant::IgnoresOperation
                     | Variant::CorruptReadAsAbsent
                     | Variant::CallerClockExpiry
+                    | Variant::CommitWithoutOwnerCheck
             )
     })
 }
@@ -260,6 +261,21 @@ fn the_driver_variants_are_the_drivers() {
         assert_eq!(
             variant.in_front(None, Command::Read),
             None,
+            "{}",
+            variant.name()
+        );
+    }
+}
+
+#[test]
+fn only_the_transactional_store_variant_commits_what_was_not_recorded() {
+    let refused = Reply::Refused(idem_core::record::Refusal::NotOwner);
+    let recorded = Reply::Completed(idem_core::Completion::InTime);
+    for variant in Variant::ALL {
+        assert!(variant.commits(&recorded), "{}", variant.name());
+        assert_eq!(
+            variant.commits(&refused),
+            variant == Variant::CommitWithoutOwnerCheck,
             "{}",
             variant.name()
         );

@@ -28,6 +28,8 @@ trait DynStore: Send + Sync + 'static {
 
     fn changed_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()>;
 
+    fn watch_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()>;
+
     fn type_name(&self) -> &'static str;
 }
 
@@ -44,6 +46,10 @@ impl<S: Store> DynStore for S {
     fn changed_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()> {
         // Called now, so the store's watch starts now (the contract of `changed`).
         Box::pin(self.changed(operation, key))
+    }
+
+    fn watch_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()> {
+        Box::pin(self.watch(operation, key))
     }
 
     fn type_name(&self) -> &'static str {
@@ -97,5 +103,13 @@ impl Store for AnyStore {
         key: &'a Key,
     ) -> impl Future<Output = ()> + Send + 'a {
         self.0.changed_boxed(operation, key)
+    }
+
+    fn watch<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.0.watch_boxed(operation, key)
     }
 }

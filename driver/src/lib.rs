@@ -127,6 +127,7 @@ pub mod replay_cache;
 mod settle;
 pub mod store;
 pub mod transaction;
+mod watching;
 
 pub use answer::{Answer, Provenance};
 pub use any_store::AnyStore;

@@ -49,6 +49,11 @@ pub trait Store: Send + Sync + 'static {
     /// call, the future may resolve at once. Spurious resolutions are allowed: the caller
     /// reserves again and, finding the key still held, waits again.
     ///
+    /// Called right after a reserve was answered `InFlight`, so it must also see a change
+    /// that landed between that reply and the call: a store whose watch is not live at once
+    /// (Redis must subscribe first) checks the record once its watch is live, and resolves
+    /// if the key no longer holds a pending record.
+    ///
     /// The provided implementation never resolves: the attempt's jittered backoff then
     /// governs when a waiter reserves again, which is correct, only slower.
     fn changed<'a>(
@@ -58,6 +63,22 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = ()> + Send + 'a {
         let _ = (operation, key);
         std::future::pending()
+    }
+
+    /// A watch registered *before* a reserve that may be answered `InFlight`: it resolves on
+    /// a change after this call (or spuriously), so a change that lands between the
+    /// reserve's reply and the wait that follows is never lost. The driver calls it before
+    /// every reserve a waiting call sends again, and waits on it if the reply is `InFlight`;
+    /// a store whose watch is live at the call needs no check of the record then.
+    ///
+    /// The provided implementation is [`changed`](Self::changed), which sees changes from
+    /// the call on too, and more.
+    fn watch<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.changed(operation, key)
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`codec`]: the compact, versioned record encoding (60 bytes plus the body).
 //! - [`scripts`]: the Lua scripts, one per command, each on one key and judged by the
 //!   server's `TIME`, so they run unchanged on a Cluster.
-//! - [`watch`]: change notices that wake waiters on a standalone server.
+//! - [`notices`]: change notices, per key, that wake waiters on a standalone server and on
+//!   a Cluster (sharded pub/sub).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), idem_redis::ConnectError> {
@@ -48,13 +49,14 @@
 pub mod claim;
 pub mod codec;
 pub mod layout;
+pub mod notices;
 pub mod scripts;
 mod store;
-pub mod watch;
 
 pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout};
 pub use store::{
     CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    MAX_CLAIM_LEASE_MS, RedisStore, RedisStoreBuilder, StoreStats, UnexpectedReply,
+    DEFAULT_NOTICE_HEALTH_CHECK, MAX_CLAIM_LEASE_MS, RedisStore, RedisStoreBuilder, StoreStats,
+    UnexpectedReply,
 };

@@ -19,10 +19,11 @@
 //! - reads the lease end of a claim (state 5, written by the single-command reserve) from
 //!   the key's expiry: `PEXPIRETIME + 1`;
 //! - checks the owner token itself for complete, renew and release (`I2`);
-//! - when given a change channel (standalone servers), publishes the record's Redis key on it
-//!   after a complete or a release of a pending record that a waiter was told about (the
-//!   reserve that answers "in flight" marks the record, state 4), which wakes waiters
-//!   ([`crate::watch`]); an uncontended call publishes nothing.
+//! - when given a publish command (`PUBLISH` on a standalone server, `SPUBLISH` on a
+//!   Cluster), publishes an empty notice on the channel named like the record's key after a
+//!   complete or a release of a pending record that a waiter was told about (the reserve
+//!   that answers "in flight" marks the record, state 4), which wakes the waiters of that
+//!   key ([`crate::notices`]); an uncontended call publishes nothing.
 //!
 //! Replies are arrays `{tag, now, …}`, with `now` the server's clock in milliseconds.
 //!
@@ -48,13 +49,14 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 const RESERVE: &str = include_str!("scripts/reserve.lua");
 
 /// ARGV: owner, fingerprint, "1" if a body follows, "0" for none, "2" for "outcome unknown"
-/// (the action panicked), the body, retention (ms), the change channel ('' for none).
+/// (the action panicked), the body, retention (ms), the command that publishes a notice on
+/// the key's own channel (`PUBLISH`, `SPUBLISH` on a Cluster; '' for none).
 const COMPLETE: &str = include_str!("scripts/complete.lua");
 
 /// ARGV: owner, lease (ms).
 const RENEW: &str = include_str!("scripts/renew.lua");
 
-/// ARGV: owner, the change channel ('' for none).
+/// ARGV: owner, the command that publishes a notice ('' for none), as for the complete.
 const RELEASE: &str = include_str!("scripts/release.lua");
 
 /// No ARGV. A claim is returned as the pending record it is, its lease end filled in.

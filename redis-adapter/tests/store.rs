@@ -755,10 +755,30 @@ async fn wakes(
     command: Command,
     within: Duration,
 ) -> bool {
-    // The watch starts at the call, before the command is sent.
+    // The watch starts at the call; it is live, and has read the record (still pending),
+    // before the command is sent, so only a notice can wake it.
     let changed = waiter.changed(o, watched);
+    tokio::pin!(changed);
+    assert!(
+        live(waiter, &mut changed).await,
+        "woken before the command, or never live"
+    );
     writer.apply(o, k, command).await.unwrap();
     tokio::time::timeout(within, changed).await.is_ok()
+}
+
+/// Polls `changed` until its store has read the waited-on record once its subscription
+/// was live: true, or false if it resolved meanwhile or never got there.
+async fn live(waiter: &RedisStore, changed: &mut (impl Future<Output = ()> + Unpin)) -> bool {
+    let before = waiter.stats().notice_rechecks;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiter.stats().notice_rechecks == before {
+        let polled = tokio::time::timeout(Duration::from_millis(5), &mut *changed).await;
+        if polled.is_ok() || std::time::Instant::now() > deadline {
+            return false;
+        }
+    }
+    true
 }
 
 /// `waiter` reserves (`o`, `k`) held by someone else and is told "in flight", which marks
@@ -784,16 +804,26 @@ async fn completes_and_releases_wake_waiters_of_their_key() {
     writer.apply(&o, &quiet, reserve(1, b"a")).await.unwrap();
     let quiet_by_1 = complete(1, b"a", None);
     assert!(!wakes(&waiter, &writer, (&o, &quiet), &quiet, quiet_by_1, never).await);
+    assert_eq!(waiter.stats().notices, 0);
     told_in_flight(&waiter, &o, &done).await;
     told_in_flight(&waiter, &o, &failed).await;
     let done_by_1 = complete(1, b"a", None);
     assert!(wakes(&waiter, &writer, (&o, &done), &done, done_by_1, soon).await);
     assert!(wakes(&waiter, &writer, (&o, &failed), &failed, release(1), soon).await);
+    assert_eq!(waiter.stats().notices, 2, "each woken by its key's notice");
     // A renewal is not a change; another key's change is not this key's.
     writer.apply(&o, &failed, reserve(2, b"a")).await.unwrap();
     told_in_flight(&waiter, &o, &failed).await;
     assert!(!wakes(&waiter, &writer, (&o, &failed), &failed, renew(2), never).await);
+    writer.apply(&o, &other, reserve(5, b"a")).await.unwrap();
+    told_in_flight(&waiter, &o, &other).await;
     assert!(!wakes(&waiter, &writer, (&o, &failed), &other, release(2), never).await);
+    // The notice of `failed` was not delivered to this store: nobody here waits on it.
+    assert_eq!(
+        waiter.stats().notices,
+        2,
+        "a notice of a key nobody waits on"
+    );
 
     // The check catches a writer that does not announce.
     let silent = RedisStore::builder()
@@ -801,23 +831,23 @@ async fn completes_and_releases_wake_waiters_of_their_key() {
         .connect(&server.url())
         .await
         .unwrap();
-    silent.apply(&o, &other, reserve(3, b"a")).await.unwrap();
-    told_in_flight(&waiter, &o, &other).await;
-    assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(3), never).await);
+    assert!(!wakes(&waiter, &silent, (&o, &other), &other, release(5), never).await);
 }
 
 #[tokio::test]
 async fn notices_resume_after_a_restart() {
     let mut server = RedisServer::start();
-    let waiter = RedisStore::connect(&server.url()).await.unwrap();
+    let waiter = RedisStore::builder()
+        .notice_health_check(Duration::from_millis(100))
+        .connect(&server.url())
+        .await
+        .unwrap();
     let writer = RedisStore::connect(&server.url()).await.unwrap();
     let o = op("op");
     server.restart();
-    // Both stores reconnect, and the waiter's store subscribes again in the background.
-    // A resubscription wakes every waiter once, spuriously; two wake-ups in a row mean
-    // the notices themselves come through again.
+    // Both stores reconnect, and the waiter's store connects its notices again in the
+    // background; a waiter is then woken by a notice itself.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut in_a_row = 0;
     for round in 0.. {
         assert!(
             std::time::Instant::now() < deadline,
@@ -831,18 +861,20 @@ async fn notices_resume_after_a_restart() {
         if waiter.apply(&o, &k, reserve(99, b"a")).await.is_err() {
             continue;
         }
+        let notices = waiter.stats().notices;
         let changed = waiter.changed(&o, &k);
+        tokio::pin!(changed);
+        if !live(&waiter, &mut changed).await {
+            continue;
+        }
         writer.apply(&o, &k, release(1)).await.unwrap();
         if tokio::time::timeout(Duration::from_millis(500), changed)
             .await
             .is_ok()
+            && waiter.stats().notices > notices
         {
-            in_a_row += 1;
-            if in_a_row == 2 {
-                break;
-            }
-        } else {
-            in_a_row = 0;
+            break;
         }
     }
+    assert!(waiter.stats().notice_connections_lost >= 1);
 }

@@ -48,12 +48,16 @@ pub struct Summary {
     pub runs: u64,
     /// Requests sent (tries, retries included).
     pub requests: u64,
-    /// Effects (charges).
+    /// Effects (charges, and transactional writes committed).
     pub effects: u64,
+    /// Of those, the transactional writes committed with their record.
+    pub transactional_effects: u64,
     /// Simulated events.
     pub events: u64,
-    /// Extra effects by allowed cause.
+    /// Extra effects by allowed cause (transactional ones apart).
     pub extra: CauseCounts,
+    /// Extra transactional effects by cause (only `retention-expired` is allowed).
+    pub extra_transactional: CauseCounts,
     /// Fault and path classes reached.
     pub exercised: ExercisedCounts,
     /// Every seed with a violation.
@@ -72,8 +76,10 @@ impl Summary {
         self.runs += 1;
         self.requests += report.requests;
         self.effects += report.effects;
+        self.transactional_effects += report.transactional_effects;
         self.events += report.events;
         self.extra.merge(&report.extra);
+        self.extra_transactional.merge(&report.extra_transactional);
         self.exercised.merge(&report.exercised);
         if !report.violations.is_empty() {
             self.failing_seeds.push(report.seed);
@@ -92,6 +98,22 @@ impl Summary {
                 }
             }
         }
+    }
+}
+
+impl Summary {
+    /// Extra transactional effects that a lease lost (expired, its holder crashed or
+    /// paused past it, or its action dropped) would explain: zero when every write that
+    /// commits with the record commits once (`T1`).
+    pub fn transactional_lease_loss(&self) -> u64 {
+        [
+            Cause::LeaseExpired,
+            Cause::HolderCrashed,
+            Cause::AbandonedMidAction,
+        ]
+        .into_iter()
+        .map(|cause| self.extra_transactional.get(cause))
+        .sum()
     }
 }
 
@@ -116,9 +138,28 @@ impl fmt::Display for Summary {
         writeln!(f, "runs: {}", self.runs)?;
         writeln!(f, "requests: {}", self.requests)?;
         writeln!(f, "effects: {}", self.effects)?;
-        writeln!(f, "extra effects: {}", self.extra.total())?;
+        writeln!(
+            f,
+            "extra effects: {} (transactional apart)",
+            self.extra.total()
+        )?;
         for cause in Cause::ALL {
             writeln!(f, "  {:<26} {}", cause.name(), self.extra.get(cause))?;
+        }
+        writeln!(
+            f,
+            "transactional effects: {}, extra: {}, extra from lease loss: {}",
+            self.transactional_effects,
+            self.extra_transactional.total(),
+            self.transactional_lease_loss()
+        )?;
+        for cause in Cause::ALL {
+            writeln!(
+                f,
+                "  {:<26} {}",
+                cause.name(),
+                self.extra_transactional.get(cause)
+            )?;
         }
         let reached = Exercised::ALL.len() - self.exercised.missing().len();
         writeln!(

@@ -37,11 +37,14 @@ pub enum FaultKind {
     Panic,
     /// Keys that hold a value that is not a record from the start.
     Corrupt,
+    /// Keys whose actions are transactional: their effect commits with the record, or rolls
+    /// back (not a fault: the mode every fault above then meets).
+    Transactional,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -55,6 +58,7 @@ impl FaultKind {
         FaultKind::Abandon,
         FaultKind::Panic,
         FaultKind::Corrupt,
+        FaultKind::Transactional,
     ];
 
     /// The name used on the command line.
@@ -73,6 +77,7 @@ impl FaultKind {
             FaultKind::Abandon => "abandon",
             FaultKind::Panic => "panic",
             FaultKind::Corrupt => "corrupt",
+            FaultKind::Transactional => "transactional",
         }
     }
 
@@ -245,11 +250,27 @@ pub enum Exercised {
     Unrecordable,
     /// A waiter was woken by the store's notice that the record changed.
     ChangeNotice,
+    /// A transactional action's writes committed with its complete.
+    TransactionCommitted,
+    /// A transactional complete was refused (another holder took the key over): its writes
+    /// rolled back.
+    CommitRefused,
+    /// A transactional attempt read the record to learn whether its commit landed (its
+    /// reply was lost, or its caller went away while it was out).
+    CommitRead,
+    /// A transactional attempt could not learn whether its commit landed (`CommitUnknown`).
+    CommitUnknown,
+    /// A transactional holder crashed mid-action: its transaction died, nothing committed.
+    TransactionCrashed,
+    /// A transactional action panicked: its writes rolled back and its key was released.
+    TransactionPanicked,
+    /// An attached transactional action was dropped mid-run: its writes went with it.
+    TransactionDropped,
 }
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 39] = [
+    pub const ALL: [Exercised; 46] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -289,6 +310,13 @@ impl Exercised {
         Exercised::RetentionExpired,
         Exercised::Unrecordable,
         Exercised::ChangeNotice,
+        Exercised::TransactionCommitted,
+        Exercised::CommitRefused,
+        Exercised::CommitRead,
+        Exercised::CommitUnknown,
+        Exercised::TransactionCrashed,
+        Exercised::TransactionPanicked,
+        Exercised::TransactionDropped,
     ];
 
     /// The class's name in summaries.
@@ -333,6 +361,13 @@ impl Exercised {
             Exercised::RetentionExpired => "retention-expired",
             Exercised::Unrecordable => "unrecordable-result",
             Exercised::ChangeNotice => "change-notice",
+            Exercised::TransactionCommitted => "transaction-committed",
+            Exercised::CommitRefused => "commit-refused",
+            Exercised::CommitRead => "commit-read",
+            Exercised::CommitUnknown => "commit-unknown",
+            Exercised::TransactionCrashed => "transaction-crashed",
+            Exercised::TransactionPanicked => "transaction-panicked",
+            Exercised::TransactionDropped => "transaction-dropped",
         }
     }
 }

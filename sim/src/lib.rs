@@ -9,7 +9,10 @@
 //! same key (an attached try is then abandoned with its action, a detached one runs on);
 //! actions are slow, fail, panic, crash or pause past their lease; the store has outages in
 //! which it refuses commands or answers none, and keys that hold a value that is not a
-//! record; results outlive their retention. A provider keeps the card statement.
+//! record; results outlive their retention. A provider keeps the card statement. About a
+//! third of the keys are transactional (`Attempt::in_transaction`): their action's effect is
+//! writes that the store node commits with the complete that records its result, or rolls
+//! back, and the judge's `T1` holds them to one effect per life of the record.
 //!
 //! Every run is written down as it happens in `idem_check`'s history (store steps, sends and
 //! replies, charges, abnormal ends, lease views, outcomes) and judged at its end by

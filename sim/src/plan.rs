@@ -30,6 +30,10 @@ pub struct Slot {
     /// garbage bytes) from the start. The store answers every command on it "corrupt" and
     /// never changes it.
     pub corrupt: bool,
+    /// Whether the action under this key is transactional (`Attempt::in_transaction`): its
+    /// effect is writes in the store's own database that commit with its complete, at the
+    /// store node, or roll back (MODEL.md, "Effects that commit with the record").
+    pub transactional: bool,
 }
 
 /// A point in a try at which its caller goes away.
@@ -290,6 +294,7 @@ impl Plan {
                         operation: operation.clone(),
                         key,
                         corrupt: false,
+                        transactional: false,
                     });
                 }
             }
@@ -300,6 +305,12 @@ impl Plan {
         if on(FaultKind::Corrupt) && rng.chance(250) {
             let corrupt = rng.below(slots.len() as u64) as usize;
             slots[corrupt].corrupt = true;
+        }
+        if on(FaultKind::Transactional) {
+            // About a third of the keys: their actions commit with the record.
+            for slot in &mut slots {
+                slot.transactional = rng.chance(333);
+            }
         }
         let mut fingerprints = Vec::with_capacity(slots.len() * 2);
         for (i, slot) in slots.iter().enumerate() {

@@ -30,6 +30,12 @@ pub enum Response {
     OutcomeUnknown,
     /// The key holds a value that is not a record: nothing ran.
     CorruptRecord,
+    /// A transactional action's writes rolled back with its complete: nothing happened, and
+    /// a retry runs it again.
+    RolledBack,
+    /// Whether a transactional action's writes committed could not be learned: they did
+    /// with the record, or neither did.
+    CommitUnknown,
 }
 
 impl fmt::Display for Response {
@@ -44,6 +50,8 @@ impl fmt::Display for Response {
             Response::Panicked => f.write_str("Panicked"),
             Response::OutcomeUnknown => f.write_str("OutcomeUnknownError"),
             Response::CorruptRecord => f.write_str("CorruptRecordError"),
+            Response::RolledBack => f.write_str("RolledBackError"),
+            Response::CommitUnknown => f.write_str("CommitUnknownError"),
         }
     }
 }
@@ -55,10 +63,14 @@ pub struct RunReport {
     pub seed: u64,
     /// Requests sent (attempts started, retries included).
     pub requests: u64,
-    /// Effects (charges) made.
+    /// Effects (charges, and transactional writes committed) made.
     pub effects: u64,
-    /// Extra effects, by the cause that allows each.
+    /// Of those, the transactional writes committed with their record.
+    pub transactional_effects: u64,
+    /// Extra effects, by the cause that allows each (transactional ones apart).
     pub extra: CauseCounts,
+    /// Extra transactional effects, by cause: only `retention-expired` is allowed (`T1`).
+    pub extra_transactional: CauseCounts,
     /// The rules of MODEL.md the run broke, as the judge found them.
     pub violations: Vec<Violation>,
     /// Fault and path classes reached.

@@ -257,6 +257,7 @@ impl Scenario {
                 operation,
                 key,
                 corrupt: false,
+                transactional: false,
             }],
             clients,
             network: NetworkPlan::reliable(1),

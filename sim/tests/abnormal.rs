@@ -49,6 +49,7 @@ fn plan(clients: Vec<ClientPlan>) -> Plan {
             operation: Operation::new("payment.charge").unwrap(),
             key: Key::new("order-1").unwrap(),
             corrupt: false,
+            transactional: false,
         }],
         clients,
         network: NetworkPlan::reliable(1),

@@ -30,7 +30,22 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 39 of 39"), "{text}");
+    assert!(text.contains("exercised: 46 of 46"), "{text}");
+    // Effects that commit with the record: made, and never a second one but after the
+    // retention (T1): none explained by a lease lost, a crash, a pause or a drop.
+    assert!(summary.transactional_effects > 0, "{summary}");
+    assert!(summary.effects > summary.transactional_effects, "{summary}");
+    assert!(
+        summary.extra_transactional.get(Cause::RetentionExpired) > 0,
+        "{summary}"
+    );
+    assert_eq!(
+        summary.extra_transactional.total(),
+        summary.extra_transactional.get(Cause::RetentionExpired),
+        "{summary}"
+    );
+    assert_eq!(summary.transactional_lease_loss(), 0, "{summary}");
+    assert!(text.contains("extra from lease loss: 0"), "{text}");
 }
 
 #[test]
@@ -75,6 +90,12 @@ fn faults_that_are_off_are_never_injected() {
         Exercised::CorruptRecord,
         Exercised::StoreSilent,
         Exercised::FailClosedRelease,
+        Exercised::TransactionCommitted,
+        Exercised::CommitRefused,
+        Exercised::CommitRead,
+        Exercised::TransactionCrashed,
+        Exercised::TransactionPanicked,
+        Exercised::TransactionDropped,
     ] {
         assert_eq!(
             summary.exercised.get(class),
@@ -87,6 +108,7 @@ fn faults_that_are_off_are_never_injected() {
     assert!(summary.exercised.get(Exercised::InFlight) > 0);
     assert!(summary.exercised.get(Exercised::Replay) > 0);
     assert_eq!(summary.extra.total(), 0, "{summary}");
+    assert_eq!(summary.transactional_effects, 0, "{summary}");
 
     let only_pauses = Shape {
         faults: Faults::none().with(FaultKind::Pause),
@@ -106,6 +128,36 @@ fn faults_that_are_off_are_never_injected() {
     assert!(summary.exercised.get(Exercised::PausePastLease) > 0);
     assert!(summary.extra.get(Cause::LeaseExpired) > 0, "{summary}");
     assert_eq!(summary.extra.get(Cause::FailOpen), 0, "{summary}");
+}
+
+/// Holders paused past their lease on keys of both kinds: the non-transactional ones are
+/// taken over and charge twice (`lease-expired`); the transactional ones are taken over
+/// too, but the paused holder's commit is refused and its writes roll back: no extra
+/// transactional effect at all.
+#[test]
+fn paused_transactional_holders_commit_nothing_twice() {
+    let config = Config {
+        shape: Shape {
+            faults: Faults::none()
+                .with(FaultKind::Pause)
+                .with(FaultKind::Transactional),
+            ..Shape::default()
+        },
+        ..Config::default()
+    };
+    let summary = explore(0, 600, &config, |_| {}).unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(summary.extra.get(Cause::LeaseExpired) > 0, "{summary}");
+    assert!(summary.transactional_effects > 0, "{summary}");
+    assert!(
+        summary.exercised.get(Exercised::CommitRefused) > 0,
+        "{summary}"
+    );
+    assert!(
+        summary.exercised.get(Exercised::LeaseTakeover) > 0,
+        "{summary}"
+    );
+    assert_eq!(summary.extra_transactional.total(), 0, "{summary}");
 }
 
 /// Each abnormal end on its own: callers that go away (a dropped action's key is taken
@@ -195,7 +247,8 @@ fn heavy_contention_on_one_key_holds_every_check() {
     // One key name under two operations: two records per run, so every charge beyond two
     // per run is an extra one with a cause.
     assert!(
-        summary.effects - summary.extra.total() <= 2 * summary.runs,
+        summary.effects - summary.extra.total() - summary.extra_transactional.total()
+            <= 2 * summary.runs,
         "{summary}"
     );
 }

@@ -191,6 +191,20 @@ fn a_store_that_records_a_panic_as_a_result_not_stored_is_caught() {
 }
 
 #[test]
+fn a_transaction_committed_without_the_owner_check_is_caught() {
+    let summary = explore_variant(Variant::CommitWithoutOwnerCheck, 300);
+    // A holder whose key was taken over commits its writes although its complete was
+    // refused: a second effect, explained by no more than a lost lease.
+    assert!(
+        caught_by(&summary, Rule::TransactionalEffectOnce) > 0,
+        "{summary}"
+    );
+    assert!(summary.transactional_lease_loss() > 0, "{summary}");
+    // Nothing else is wrong with the store: every record it keeps is the record machine's.
+    assert_eq!(summary.by_rule.len(), 1, "{summary}");
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");

@@ -67,9 +67,13 @@ impl Scenario {
     }
 
     /// Whether a scenario of this harness can show `variant`'s bug: not the variants that
-    /// rewrite keys, whose bug needs keys longer than 250 characters or two operations.
+    /// rewrite keys, whose bug needs keys longer than 250 characters or two operations, nor
+    /// the transactional store's, whose actions are not transactional here.
     pub fn can_expose(variant: Variant) -> bool {
-        !matches!(variant, Variant::TruncatedKeys | Variant::IgnoresOperation)
+        !matches!(
+            variant,
+            Variant::TruncatedKeys | Variant::IgnoresOperation | Variant::CommitWithoutOwnerCheck
+        )
     }
 
     /// The smallest scenario in which `variant`'s bug can show (for
@@ -98,7 +102,7 @@ impl Scenario {
     /// - `PanicReleases`: the holder charges and panics.
     /// - `CorruptFailsOpen`: the key holds a corrupt value (and no lease runs out).
     ///
-    /// The variants that rewrite keys ([`Scenario::can_expose`]) get the correct store's
+    /// The variants it cannot expose ([`Scenario::can_expose`]) get the correct store's
     /// scenario, which does not show them.
     pub fn exposing(variant: Variant) -> Result<Self, OptionsError> {
         let options = model_options(InFlightPolicy::Wait, StoreFailurePolicy::FailOpen)?;
@@ -111,7 +115,8 @@ impl Scenario {
             | Variant::CompleteWithoutOwnerCheck
             | Variant::LateCompleteInTime
             | Variant::TruncatedKeys
-            | Variant::IgnoresOperation => {}
+            | Variant::IgnoresOperation
+            | Variant::CommitWithoutOwnerCheck => {}
             Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
             Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {

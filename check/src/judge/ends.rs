@@ -140,6 +140,10 @@ fn corrupt(run: &Run<'_>, found: &mut Vec<Violation>) {
         };
         let honest = match command {
             CommandKind::Reserve => *outcome == Outcome::CorruptRecord,
+            // A transactional complete told "corrupt" rolls its writes back.
+            CommandKind::Complete if facts.transactional => {
+                matches!(outcome, Outcome::RolledBack { .. })
+            }
             CommandKind::Complete => matches!(
                 outcome,
                 Outcome::Executed(execution) | Outcome::Panicked(execution)
@@ -197,17 +201,14 @@ fn corrupt(run: &Run<'_>, found: &mut Vec<Violation>) {
             Outcome::CorruptRecord
             | Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease) => true,
             Outcome::StoreUnavailable => !told,
-            Outcome::Abandoned(Abandonment::ActionDropped) | Outcome::ActionFailed { .. } => {
-                unanswered_run
-            }
+            Outcome::Abandoned(Abandonment::ActionDropped)
+            | Outcome::ActionFailed { .. }
+            | Outcome::RolledBack { .. }
+            | Outcome::CommitUnknown => unanswered_run,
             Outcome::Executed(execution) | Outcome::Panicked(execution) => {
                 execution.protection == Protection::FailedOpen && unanswered_run
             }
-            Outcome::Replayed { .. }
-            | Outcome::KeyReuse { .. }
-            | Outcome::InProgress
-            | Outcome::RolledBack { .. }
-            | Outcome::CommitUnknown => false,
+            Outcome::Replayed { .. } | Outcome::KeyReuse { .. } | Outcome::InProgress => false,
         };
         if !fine {
             found.push(run.violation(
@@ -249,7 +250,9 @@ fn liveness(run: &Run<'_>, found: &mut Vec<Violation>) {
                     "{label} was abandoned and its settlement never ended"
                 )),
                 Some(outcome) => {
-                    let fits = if facts.dropped {
+                    let fits = if facts.transactional {
+                        super::transaction::settles_as_its_phase_calls_for(run, who, outcome)
+                    } else if facts.dropped {
                         *outcome == Outcome::Abandoned(Abandonment::ActionDropped)
                     } else {
                         match facts.ended {

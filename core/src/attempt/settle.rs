@@ -39,7 +39,8 @@ impl Attempt {
             return;
         }
         self.abandoned = true;
-        let dropped = self.outstanding.take().is_some();
+        let outstanding = self.outstanding.take();
+        let dropped = outstanding.is_some();
         let release = Phase::Releasing {
             not_before: now,
             retries: 0,
@@ -70,11 +71,13 @@ impl Attempt {
                 None => settled,
             },
             // A transactional complete belongs to its transaction, which went with the call:
-            // one that was out may have committed (read the record); one not yet sent never
+            // one that was out may have committed (read the record, once it can no longer
+            // land: after its reply deadline, as for a lost reply; a read sent at once could
+            // overtake it and see the reservation before the commit); one not yet sent never
             // will (its writes rolled back; give the key back).
             Phase::Completing(mut completing) if self.transactional => {
-                if dropped {
-                    completing.not_before = now;
+                if let Some(out) = outstanding {
+                    completing.not_before = out.reply_by.max(now);
                     Phase::Probing(completing)
                 } else {
                     Phase::Releasing {

@@ -1,7 +1,7 @@
 -- Announced only when a waiter marked the pending record: an uncontended call publishes
 -- nothing.
 local function changed()
-  if ARGV[6] ~= '' and rec and rec.watched then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+  if ARGV[6] ~= '' and rec and rec.watched then redis.call(ARGV[6], KEYS[1], '') end
 end
 local state = 2
 local body = nil

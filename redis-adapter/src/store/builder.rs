@@ -14,8 +14,8 @@ use super::connection::Connection;
 use super::stats::Counters;
 use super::{Inner, RedisStore};
 use crate::layout::KeyLayout;
+use crate::notices::{self, Notices, Source};
 use crate::scripts::Scripts;
-use crate::watch::Watch;
 
 /// The per-command timeout used when none is configured: a backstop, not a decision.
 ///
@@ -31,6 +31,9 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The connect timeout used when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often the notices' connection is checked when nothing else is configured.
+pub const DEFAULT_NOTICE_HEALTH_CHECK: Duration = Duration::from_secs(1);
 
 /// The store could not be set up.
 #[derive(Debug, Error)]
@@ -53,6 +56,8 @@ pub struct RedisStoreBuilder {
     layout: KeyLayout,
     command_timeout: Duration,
     connect_timeout: Duration,
+    reply_timeout: Duration,
+    health_check: Duration,
     watch: bool,
     claim: bool,
 }
@@ -63,6 +68,8 @@ impl Default for RedisStoreBuilder {
             layout: KeyLayout::default(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            reply_timeout: idem_core::Options::default().reply_timeout(),
+            health_check: DEFAULT_NOTICE_HEALTH_CHECK,
             watch: true,
             claim: true,
         }
@@ -103,15 +110,37 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Whether a standalone store announces completes and releases on the channel
-    /// `{prefix}changed` and wakes its waiters with them (default on); see
-    /// [`Store::changed`]. Without it, waiters reserve again at their backoff. A Cluster
-    /// store never watches.
+    /// Whether the store announces completes and releases of records a waiter was told
+    /// about, on a channel named like the record's key (`PUBLISH`, or `SPUBLISH` on a
+    /// Cluster), and wakes that key's waiters with them (default on); see
+    /// [`crate::notices`] and [`Store::changed`]. Without it, waiters reserve again at their
+    /// backoff.
     ///
     /// [`Store::changed`]: idem::Store::changed
     #[must_use]
     pub fn watch(mut self, watch: bool) -> Self {
         self.watch = watch;
+        self
+    }
+
+    /// The attempt's reply timeout (`Options::reply_timeout` of `idem`; default that of
+    /// `Options::default()`, 500 ms): how long the notices' connection may take to answer a
+    /// `PING` or a subscription before it is given up, its waiters woken, and the
+    /// connection made again. Give the one the coordinator uses. Zero is raised to one
+    /// millisecond.
+    #[must_use]
+    pub fn reply_timeout(mut self, timeout: Duration) -> Self {
+        self.reply_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How often the notices' connection is checked with a `PING`, so that a half-open
+    /// connection is noticed, and how long the store waits before connecting it again after
+    /// a failure (default [`DEFAULT_NOTICE_HEALTH_CHECK`], 1 s). Zero is raised to one
+    /// millisecond.
+    #[must_use]
+    pub fn notice_health_check(mut self, every: Duration) -> Self {
+        self.health_check = every.max(Duration::from_millis(1));
         self
     }
 
@@ -144,13 +173,11 @@ impl RedisStoreBuilder {
         let manager = self
             .first_connection(ConnectionManager::new_with_config(client.clone(), config))
             .await?;
-        let watch = if self.watch {
-            let channel = format!("{}changed", self.layout.prefix());
-            Some(Watch::start(client, channel, self.connect_timeout).await)
-        } else {
-            None
+        let notices = match self.notice_source(&client)? {
+            Some(source) => Some(Notices::start(source, self.notice_settings()).await),
+            None => None,
         };
-        Ok(self.build(Connection::Standalone(manager), watch))
+        Ok(self.build(Connection::Standalone(manager), notices))
     }
 
     /// A standalone store that connects on its first command, so that a service can start
@@ -167,11 +194,28 @@ impl RedisStoreBuilder {
         let manager =
             ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
                 .map_err(ConnectError::Config)?;
-        let watch = self.watch.then(|| {
-            let channel = format!("{}changed", self.layout.prefix());
-            Watch::spawn(client, channel, self.connect_timeout).0
-        });
-        Ok(self.build(Connection::Standalone(manager), watch))
+        let notices = self
+            .notice_source(&client)?
+            .map(|source| Notices::spawn(source, self.notice_settings()).0);
+        Ok(self.build(Connection::Standalone(manager), notices))
+    }
+
+    /// Where a standalone store's notices come from, if it has them.
+    fn notice_source(&self, client: &redis::Client) -> Result<Option<Source>, ConnectError> {
+        if !self.watch {
+            return Ok(None);
+        }
+        Source::standalone(client)
+            .map(Some)
+            .map_err(ConnectError::Config)
+    }
+
+    fn notice_settings(&self) -> notices::Settings {
+        notices::Settings {
+            connect_timeout: self.connect_timeout,
+            reply_timeout: self.reply_timeout,
+            health_check: self.health_check,
+        }
     }
 
     fn manager_config(&self) -> ConnectionManagerConfig {
@@ -192,19 +236,35 @@ impl RedisStoreBuilder {
     /// slot map after a redirection, so the attempt's retry goes to the right node.
     ///
     /// [`StoreError::Unavailable`]: idem::StoreError::Unavailable
+    ///
+    /// Notices go over a second Cluster client of their own, in RESP3 (sharded pub/sub).
     pub async fn connect_cluster<I, U>(self, nodes: I) -> Result<RedisStore, ConnectError>
     where
         I: IntoIterator<Item = U>,
         U: redis::IntoConnectionInfo,
     {
-        let client = ClusterClientBuilder::new(nodes)
-            .connection_timeout(self.connect_timeout)
-            .response_timeout(self.command_timeout)
-            .overall_response_timeout(Some(self.command_timeout))
-            .retries(0)
-            .build()
+        let nodes = nodes
+            .into_iter()
+            .map(redis::IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(ConnectError::Config)?;
-        self.from_cluster_client(client).await
+        let builder = |protocol| {
+            ClusterClientBuilder::new(nodes.clone())
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.command_timeout)
+                .overall_response_timeout(Some(self.command_timeout))
+                .retries(0)
+                .use_protocol(protocol)
+                .build()
+                .map_err(ConnectError::Config)
+        };
+        let client = builder(redis::ProtocolVersion::RESP2)?;
+        let notices = if self.watch {
+            Some(builder(redis::ProtocolVersion::RESP3)?)
+        } else {
+            None
+        };
+        self.cluster(client, notices).await
     }
 
     /// Uses an existing Cluster client. Whatever timeouts it was built with, each command
@@ -212,14 +272,35 @@ impl RedisStoreBuilder {
     /// build it with `ClusterClientBuilder::retries(0)`, as
     /// [`connect_cluster`](Self::connect_cluster) does, so that the attempt's retry policy
     /// is the only one.
+    ///
+    /// Its notices subscribe through the same client, which must then speak RESP3
+    /// (`ClusterClientBuilder::use_protocol`); over RESP2 every subscription fails, is
+    /// counted in [`StoreStats::notice_connect_failures`](crate::StoreStats), and waiters
+    /// rely on their backoff. Turn [`watch`](Self::watch) off for such a client.
     pub async fn from_cluster_client(
         self,
         client: ClusterClient,
     ) -> Result<RedisStore, ConnectError> {
+        let notices = self.watch.then(|| client.clone());
+        self.cluster(client, notices).await
+    }
+
+    async fn cluster(
+        self,
+        client: ClusterClient,
+        notices: Option<ClusterClient>,
+    ) -> Result<RedisStore, ConnectError> {
         let connection = self
             .first_connection(async move { client.get_async_connection().await })
             .await?;
-        Ok(self.build(Connection::Cluster(connection), None))
+        let notices = match notices {
+            Some(client) => {
+                let source = Source::Cluster(Box::new(client));
+                Some(Notices::start(source, self.notice_settings()).await)
+            }
+            None => None,
+        };
+        Ok(self.build(Connection::Cluster(connection), notices))
     }
 
     async fn first_connection<C>(
@@ -235,11 +316,11 @@ impl RedisStoreBuilder {
         }
     }
 
-    fn build(self, connection: Connection, watch: Option<Watch>) -> RedisStore {
+    fn build(self, connection: Connection, notices: Option<Notices>) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 connection,
-                watch,
+                notices,
                 layout: self.layout,
                 command_timeout: self.command_timeout,
                 claim: self.claim,

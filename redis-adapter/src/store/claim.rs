@@ -87,7 +87,7 @@ impl RedisStore {
                 ));
             }
         };
-        let watch = self.inner.watch.is_some();
+        let watch = self.inner.notices.is_some();
         Ok(
             match claim::decide(held.as_deref(), *owner, *fingerprint, watch) {
                 Decision::Answer(reply) => Some(reply),

@@ -10,6 +10,7 @@
 mod builder;
 mod claim;
 mod connection;
+mod pending;
 mod reply;
 mod script;
 mod stats;
@@ -23,11 +24,12 @@ use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation, Timestamp};
 
 use crate::layout::KeyLayout;
+use crate::notices::{Notices, Recheck};
 use crate::scripts::Scripts;
-use crate::watch::Watch;
 
 pub use self::builder::{
-    ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, RedisStoreBuilder,
+    ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NOTICE_HEALTH_CHECK,
+    RedisStoreBuilder,
 };
 pub use self::claim::MAX_CLAIM_LEASE_MS;
 pub use self::connection::CommandTimeout;
@@ -55,7 +57,7 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
-    watch: Option<Watch>,
+    notices: Option<Notices>,
     layout: KeyLayout,
     command_timeout: Duration,
     claim: bool,
@@ -69,7 +71,10 @@ impl fmt::Debug for Inner {
             .field("connection", &self.connection)
             .field("layout", &self.layout)
             .field("command_timeout", &self.command_timeout)
-            .field("watch", &self.watch.as_ref().map(Watch::channel))
+            .field(
+                "notices",
+                &self.notices.as_ref().map(Notices::publish_command),
+            )
             .field("single_command_reserve", &self.claim)
             .finish_non_exhaustive()
     }
@@ -129,17 +134,43 @@ impl Store for RedisStore {
             .map(|(reply, _)| reply)
     }
 
-    /// On a standalone store with its watch on, resolves when a complete or release of
-    /// this record is announced (see [`crate::watch`]); otherwise never, and the waiter's
-    /// backoff governs.
+    /// With notices on, resolves when a complete or release of this record is announced,
+    /// or, once the key's subscription is live, at once if the record read then is no longer
+    /// pending (a change between the "in flight" reply and this call); see
+    /// [`crate::notices`]. Without notices, never: the waiter's backoff governs.
     fn changed(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
-        let watch = self.inner.watch.as_ref().map(|watch| {
-            let redis_key = self.inner.layout.record_key(operation, key);
-            watch.changed(redis_key)
-        });
+        self.waiting(operation, key, Recheck::Always)
+    }
+
+    /// As [`changed`](Self::changed), registered before the reserve: the record is read
+    /// only if the key's subscription was not already live.
+    fn watch(&self, operation: &Operation, key: &Key) -> impl Future<Output = ()> + Send {
+        self.waiting(operation, key, Recheck::IfNotLive)
+    }
+}
+
+impl RedisStore {
+    /// A waiter's registration on the key, made now, and its wait.
+    fn waiting(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        recheck: Recheck,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let redis_key = self.inner.layout.record_key(operation, key);
+        let registration = self
+            .inner
+            .notices
+            .as_ref()
+            .map(|notices| notices.register(redis_key.clone()));
+        let store = self.clone();
         async move {
-            match watch {
-                Some(changed) => changed.await,
+            match registration {
+                Some(registration) => {
+                    registration
+                        .wait(recheck, || store.still_pending(redis_key))
+                        .await;
+                }
                 None => std::future::pending().await,
             }
         }

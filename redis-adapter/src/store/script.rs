@@ -26,9 +26,11 @@ impl RedisStore {
         let scripts = &self.inner.scripts;
         let channel = || {
             self.inner
-                .watch
+                .notices
                 .as_ref()
-                .map_or_else(Vec::new, |watch| watch.channel().as_bytes().to_vec())
+                .map_or_else(Vec::new, |notices| {
+                    notices.publish_command().as_bytes().to_vec()
+                })
         };
         let (script, args): (&Script, Vec<Vec<u8>>) = match command {
             Command::Reserve {
@@ -41,7 +43,7 @@ impl RedisStore {
                     token(*owner),
                     print(*fingerprint),
                     millis(*lease),
-                    if self.inner.watch.is_some() {
+                    if self.inner.notices.is_some() {
                         b"1".to_vec()
                     } else {
                         b"0".to_vec()

@@ -16,6 +16,17 @@ pub struct StoreStats {
     pub unavailable: u64,
     /// Commands refused because the key holds a value this adapter did not write.
     pub corrupt: u64,
+    /// Change notices received ([`crate::notices`]).
+    pub notices: u64,
+    /// Reads of a waited-on record made once its key's subscription was live (a waiter
+    /// registered after its "in flight" reply, or before a subscription was made).
+    pub notice_rechecks: u64,
+    /// Times the notices' connection was lost (dropped, a failed `PING` or subscription):
+    /// every waiter was woken, and the connection was made again.
+    pub notice_connections_lost: u64,
+    /// Attempts to connect the notices' connection that failed; meanwhile waiters fall back
+    /// to their backoff.
+    pub notice_connect_failures: u64,
 }
 
 /// The counts behind [`StoreStats`], shared by a store's clones.
@@ -30,11 +41,20 @@ impl RedisStore {
     /// What the store has counted so far.
     pub fn stats(&self) -> StoreStats {
         let c = &self.inner.counters;
-        StoreStats {
+        let mut stats = StoreStats {
             commands: c.commands.load(Ordering::Relaxed),
             unavailable: c.unavailable.load(Ordering::Relaxed),
             corrupt: c.corrupt.load(Ordering::Relaxed),
+            ..StoreStats::default()
+        };
+        if let Some(notices) = &self.inner.notices {
+            let n = notices.counters();
+            stats.notices = n.received.load(Ordering::Relaxed);
+            stats.notice_rechecks = n.rechecks.load(Ordering::Relaxed);
+            stats.notice_connections_lost = n.connections_lost.load(Ordering::Relaxed);
+            stats.notice_connect_failures = n.connect_failures.load(Ordering::Relaxed);
         }
+        stats
     }
 
     /// Counts one request and how it ended.

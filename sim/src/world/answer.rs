@@ -102,12 +102,19 @@ impl World<'_> {
                 }
                 Response::NoBody
             }
-            Outcome::RolledBack { .. } | Outcome::CommitUnknown => {
+            Outcome::RolledBack { .. } | Outcome::CommitUnknown
+                if !self.workers[worker].transactional =>
+            {
                 self.protocol(
                     worker,
                     format!("ends {outcome:?}, but its action is not transactional"),
                 );
                 Response::NoBody
+            }
+            Outcome::RolledBack { .. } => Response::RolledBack,
+            Outcome::CommitUnknown => {
+                self.exercised(Exercised::CommitUnknown);
+                Response::CommitUnknown
             }
         };
         self.workers[worker].outcome = Some(outcome);
@@ -131,6 +138,8 @@ impl World<'_> {
                 | Response::InProgress
                 | Response::StoreUnavailable
                 | Response::Panicked
+                | Response::RolledBack
+                | Response::CommitUnknown
         );
         self.report.responses[client][try_no] = Some(response);
         let plan = &self.plan.clients[client];

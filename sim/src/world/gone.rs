@@ -59,7 +59,11 @@ impl World<'_> {
         let running = w.running;
         let class = if running {
             w.running = false;
-            if w.charge.is_some() {
+            if w.transactional {
+                // The transaction goes with the call: its writes, made or to come, roll back.
+                w.charge_dropped = true;
+                Exercised::TransactionDropped
+            } else if w.charge.is_some() {
                 Exercised::AbandonAfterEffect
             } else if w.effect_pending && self.rng.chance(500) {
                 // The provider request was already sent: its charge lands anyway.

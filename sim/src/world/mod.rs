@@ -4,21 +4,14 @@
 //! down as it happens, in `idem_check`'s [`History`] (every event stamped with the store's
 //! clock), and judged at its end by `idem_check`'s judge of MODEL.md's rules.
 
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use idem_check::{
-    ActionEnd, Answer as StoreAnswer, AttemptSpec, EventKind, History, KeySpec, Received, Variant,
-};
-use idem_core::record::{Completion, Write};
-use idem_core::{
-    ActionResult, Attempt, Body, Command, LeaseState, Outcome, OwnerToken, Record, Reply, Step,
-    Timestamp,
-};
+use idem_check::{EventKind, History, KeySpec, Variant};
+use idem_core::Record;
 
 use crate::faults::Exercised;
-use crate::plan::{ActionPlan, CALLER_EPOCH, Outage, OutageKind, Plan, Stage};
+use crate::plan::Plan;
 use crate::report::RunReport;
 use crate::rng::SimRng;
 
@@ -35,168 +28,15 @@ macro_rules! trace {
 }
 
 mod answer;
+mod drive;
+mod events;
 mod gone;
+mod store_node;
+mod worker;
 
-#[derive(Debug)]
-enum Event {
-    Try {
-        client: u32,
-        late: bool,
-    },
-    ClientTimeout {
-        client: u32,
-        try_no: u32,
-    },
-    /// The caller of a try goes away at the point its plan names.
-    CallerGone {
-        worker: u32,
-    },
-    Wake {
-        worker: u32,
-    },
-    Resume {
-        worker: u32,
-    },
-    Arrive {
-        worker: u32,
-        cmd: u32,
-        command: Command,
-    },
-    Reply {
-        worker: u32,
-        cmd: u32,
-        answer: Answer,
-    },
-    Effect {
-        worker: u32,
-    },
-    ActionDone {
-        worker: u32,
-    },
-    Crash {
-        worker: u32,
-    },
-    Pause {
-        worker: u32,
-        length: u64,
-    },
-    Notice {
-        worker: u32,
-    },
-}
-
-/// What comes back to a caller for one command.
-#[derive(Debug)]
-enum Answer {
-    /// The store applied the command and answered.
-    Reply(Reply),
-    /// The store refused the command (an outage): its effect is unknown to the caller.
-    Refused,
-    /// The key holds a value that is not a record: the store changed nothing.
-    Corrupt,
-}
-
-#[derive(Debug)]
-struct Queued {
-    at: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    // Reversed: the heap pops the earliest (time, sequence) first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
-/// Where the store files each of the plan's keys: plan slots whose stored operation and key
-/// are equal share the first such slot's record.
-fn storage_slots(plan: &Plan, variant: Variant) -> Vec<usize> {
-    let filed = |i: usize| {
-        let slot = &plan.slots[i];
-        variant.files_as(slot.operation.as_str(), slot.key.as_str())
-    };
-    (0..plan.slots.len())
-        .map(|i| (0..i).find(|&j| filed(j) == filed(i)).unwrap_or(i))
-        .collect()
-}
-
-/// One try of one client: the service process that drives its attempt.
-#[derive(Debug)]
-struct Worker {
-    /// The client whose try this is, and which try.
-    client: u32,
-    try_no: u32,
-    /// The key, as an index into the plan's slots.
-    slot: usize,
-    /// The real attempt machine.
-    attempt: Attempt,
-    /// What the provider does when the action runs, and where the caller goes away.
-    action: ActionPlan,
-    /// The command awaiting a reply (replies to older ones, or to one the attempt gave up
-    /// at its reply deadline, are late).
-    outstanding: Option<u32>,
-    next_cmd: u32,
-    /// The one wake-up that counts; other queued wake-ups are stale.
-    wake_at: Option<u64>,
-    /// While simulated time is before this, the process is paused and handles nothing.
-    paused_until: u64,
-    /// When the process crashed; it handles nothing after.
-    crashed_at: Option<u64>,
-    /// The stage of the try, as the service sees it (`None` before its first poll).
-    stage: Option<Stage>,
-    /// The action runs: handed out, not ended, not dropped.
-    running: bool,
-    /// The provider's charge is still to come.
-    effect_pending: bool,
-    /// The provider's charge will not land: the action was dropped before sending it.
-    charge_dropped: bool,
-    /// The caller of this attached try went away in this stage, and the attempt was
-    /// abandoned.
-    abandoned_in: Option<Stage>,
-    /// The caller was answered (a fail-closed try answers, then settles).
-    answered: bool,
-    /// The charge its action made, as an index into the statement.
-    charge: Option<usize>,
-    /// How the attempt ended.
-    outcome: Option<Outcome>,
-    /// The last lease view written down: its end on the store's clock, and the version of
-    /// the record it was judged against (a view that says the same of an unchanged record
-    /// says nothing new).
-    last_view: Option<(u64, u64)>,
-}
-
-impl Worker {
-    /// Whether the process still handles events: not crashed, attempt not over.
-    fn live(&self) -> bool {
-        self.crashed_at.is_none() && self.outcome.is_none()
-    }
-}
-
-/// A client's progress through its tries.
-#[derive(Debug, Default)]
-struct Client {
-    /// Tries started.
-    tries: u32,
-    /// The worker of its latest try.
-    current: Option<usize>,
-    /// It has its answer (a result or a refusal) and retries no more.
-    done: bool,
-    /// Its one late retry is scheduled.
-    late_used: bool,
-}
+use events::{Event, Queued};
+use store_node::storage_slots;
+use worker::{Client, Worker};
 
 /// One run of a plan.
 pub(crate) struct World<'p> {
@@ -223,6 +63,8 @@ pub(crate) struct World<'p> {
     trace: Option<String>,
     /// Events allowed before the run counts as stuck.
     budget: u64,
+    /// Transactional writes made so far, committed or not (their ids are `tx_N`).
+    writes: u64,
 }
 
 impl<'p> World<'p> {
@@ -247,6 +89,7 @@ impl<'p> World<'p> {
             history: History::default(),
             trace: trace.then(String::new),
             budget: EVENT_BUDGET,
+            writes: 0,
         };
         for slot in &plan.slots {
             let (operation, key) = (slot.operation.as_str(), slot.key.as_str());
@@ -287,11 +130,16 @@ impl<'p> World<'p> {
         for (i, slot) in plan.slots.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "  key {i}: {} {}{}",
+                "  key {i}: {} {}{}{}",
                 slot.operation.as_str(),
                 slot.key.as_str(),
                 if slot.corrupt {
                     " (holds a value that is not a record)"
+                } else {
+                    ""
+                },
+                if slot.transactional {
+                    " (transactional)"
                 } else {
                     ""
                 }
@@ -413,7 +261,10 @@ impl<'p> World<'p> {
                 if w.live() {
                     w.crashed_at = Some(self.now);
                     w.running = false;
-                    let class = if w.charge.is_some() {
+                    let class = if w.transactional {
+                        // The transaction dies with the process: nothing commits.
+                        Exercised::TransactionCrashed
+                    } else if w.charge.is_some() {
                         Exercised::CrashAfterEffect
                     } else {
                         Exercised::CrashBeforeEffect
@@ -427,658 +278,6 @@ impl<'p> World<'p> {
         }
     }
 
-    /// The provider's charge lands, unless the process crashed or the action was dropped
-    /// before its request was sent.
-    fn effect(&mut self, worker: usize) {
-        let w = &mut self.workers[worker];
-        w.effect_pending = false;
-        if w.crashed_at.is_some() {
-            return;
-        }
-        if w.charge_dropped {
-            trace!(
-                self,
-                "the dropped action of w{worker} never reaches the provider"
-            );
-            return;
-        }
-        w.charge = Some(self.history.statement.len());
-        self.report.effects += 1;
-        let at = self.store_now();
-        let id = self.history.charge(at, worker);
-        if let Some(out) = self.trace.as_mut() {
-            let _ = writeln!(out, "{:>9} provider charges {id} for w{worker}", self.now);
-        }
-    }
-
-    /// Events the holder's own process handles: ignored once it crashed, held back while
-    /// it is paused.
-    fn worker_event(&mut self, event: Event) {
-        let worker = match &event {
-            Event::Wake { worker }
-            | Event::Resume { worker }
-            | Event::Reply { worker, .. }
-            | Event::ActionDone { worker }
-            | Event::Pause { worker, .. }
-            | Event::Notice { worker }
-            | Event::CallerGone { worker } => *worker as usize,
-            _ => return,
-        };
-        // A crashed process handles nothing; a finished attempt has nothing left to do
-        // (its stale wake-ups and late replies are dropped).
-        if !self.workers[worker].live() {
-            return;
-        }
-        let paused_until = self.workers[worker].paused_until;
-        if paused_until > self.now {
-            if !matches!(event, Event::Wake { .. } | Event::Notice { .. }) {
-                self.at(paused_until, event);
-            }
-            return;
-        }
-        match event {
-            Event::Wake { .. } if self.workers[worker].wake_at == Some(self.now) => {
-                self.workers[worker].wake_at = None;
-                self.drive(worker);
-            }
-            Event::Notice { .. } => {
-                let now = Timestamp::from_millis(self.caller_now(worker));
-                if self.workers[worker].attempt.handle_record_changed(now) {
-                    self.exercised(Exercised::ChangeNotice);
-                    trace!(self, "w{worker} is told the record changed");
-                    self.drive(worker);
-                }
-            }
-            Event::Resume { .. } => {
-                trace!(self, "w{worker} resumes");
-                self.workers[worker].wake_at = None;
-                self.drive(worker);
-            }
-            Event::Reply { cmd, answer, .. } => {
-                if self.workers[worker].outstanding != Some(cmd) {
-                    trace!(self, "w{worker} ignores the late reply to #{cmd}");
-                    return;
-                }
-                self.workers[worker].outstanding = None;
-                self.feed_answer(worker, answer);
-                self.drive(worker);
-            }
-            Event::ActionDone { .. } => self.action_done(worker),
-            Event::Pause { length, .. } => {
-                self.exercised(Exercised::PausePastLease);
-                trace!(self, "w{worker} pauses for {length}ms");
-                let until = self.store_now() + length;
-                self.note(worker, EventKind::Paused { until });
-                self.workers[worker].paused_until = self.now + length;
-                self.at(
-                    self.now + length,
-                    Event::Resume {
-                        worker: worker as u32,
-                    },
-                );
-            }
-            Event::CallerGone { .. } => self.planned_caller_gone(worker),
-            _ => {}
-        }
-    }
-
-    /// Feeds the attempt what came back for its outstanding command.
-    fn feed_answer(&mut self, worker: usize, answer: Answer) {
-        let now = Timestamp::from_millis(self.caller_now(worker));
-        let received = match &answer {
-            Answer::Reply(reply) => Received::Reply(reply.clone()),
-            Answer::Refused => Received::Failed,
-            Answer::Corrupt => Received::Corrupt,
-        };
-        self.note(worker, EventKind::Received(received));
-        let fed = match answer {
-            Answer::Reply(reply) => self.workers[worker].attempt.handle_reply(reply, now),
-            Answer::Refused => self.workers[worker].attempt.handle_store_error(now),
-            Answer::Corrupt => {
-                if self.variant.feeds_corrupt_as_store_error() {
-                    trace!(
-                        self,
-                        "w{worker} takes the corrupt record for a store failure"
-                    );
-                    self.workers[worker].attempt.handle_store_error(now)
-                } else {
-                    self.workers[worker].attempt.handle_corrupt_record(now)
-                }
-            }
-        };
-        self.fed(worker, fed);
-    }
-
-    /// The action ends: succeeded, failed, unrecordable, or panicked. A dropped action's
-    /// end is nobody's to feed.
-    fn action_done(&mut self, worker: usize) {
-        let w = &mut self.workers[worker];
-        if !w.running {
-            return;
-        }
-        w.running = false;
-        let result = if w.action.panic_at.is_some() {
-            let class = if w.charge.is_some() {
-                Exercised::PanicAfterEffect
-            } else {
-                Exercised::PanicBeforeEffect
-            };
-            self.exercised(class);
-            trace!(self, "w{worker}'s action panics ({})", class.name());
-            if self.variant.feeds_panic_as_failure() {
-                ActionResult::Failed
-            } else {
-                ActionResult::Panicked
-            }
-        } else {
-            match (w.action.fails, w.action.unrecordable, w.charge) {
-                (false, false, Some(charge)) => ActionResult::Succeeded(Body::new(
-                    self.history.statement.lines()[charge].id.as_bytes(),
-                )),
-                (false, true, Some(_)) => {
-                    self.exercised(Exercised::Unrecordable);
-                    ActionResult::Unrecordable
-                }
-                _ => ActionResult::Failed,
-            }
-        };
-        trace!(self, "w{worker} action ends: {result:?}");
-        let end = if self.workers[worker].action.panic_at.is_some() {
-            ActionEnd::Panicked
-        } else {
-            match result {
-                ActionResult::Succeeded(_) => ActionEnd::Succeeded,
-                ActionResult::Unrecordable => ActionEnd::Unrecordable,
-                _ => ActionEnd::Failed,
-            }
-        };
-        self.note(worker, EventKind::ActionEnded(end));
-        let stage = if result == ActionResult::Failed {
-            Stage::Release
-        } else {
-            Stage::Complete
-        };
-        self.enter(worker, stage);
-        let now = Timestamp::from_millis(self.caller_now(worker));
-        let fed = self.workers[worker]
-            .attempt
-            .handle_action_result(result, now);
-        self.fed(worker, fed);
-        self.drive(worker);
-    }
-
-    fn fed(&mut self, worker: usize, fed: Result<(), idem_core::ProtocolError>) {
-        if let Err(err) = fed {
-            self.protocol(worker, err.to_string());
-        }
-    }
-
-    fn try_request(&mut self, client: usize, late: bool) {
-        let plan = &self.plan.clients[client];
-        let state = &mut self.clients[client];
-        if late {
-            self.exercised(Exercised::LateRetry);
-            trace!(self, "c{client} sends its request again, long after");
-        } else if state.done || state.tries >= plan.max_tries {
-            return;
-        }
-        self.start_try(client);
-    }
-
-    fn start_try(&mut self, client: usize) {
-        let plan = &self.plan.clients[client];
-        let state = &mut self.clients[client];
-        let try_no = state.tries;
-        state.tries += 1;
-        let more_tries = state.tries < plan.max_tries;
-        let worker = self.workers.len();
-        state.current = Some(worker);
-        self.report.responses[client].push(None);
-        self.report.requests += 1;
-        let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
-        let jitter = self.rng.next_u64();
-        let slot = &self.plan.slots[plan.slot];
-        self.history.add_attempt(AttemptSpec {
-            label: format!("w{worker}"),
-            key: plan.slot,
-            fingerprint: plan.fingerprint,
-            owner,
-        });
-        let now = Timestamp::from_millis(self.now + plan.clock_offset);
-        let attempt = Attempt::new(
-            slot.operation.clone(),
-            slot.key.clone(),
-            plan.fingerprint,
-            owner,
-            jitter,
-            plan.options.clone(),
-            now,
-        );
-        // Tries past the planned ones repeat the last action.
-        let action = plan
-            .actions
-            .get(try_no as usize)
-            .or(plan.actions.last())
-            .copied()
-            .unwrap_or(ActionPlan::charge(0));
-        self.workers.push(Worker {
-            client: client as u32,
-            try_no,
-            slot: plan.slot,
-            attempt,
-            action,
-            outstanding: None,
-            next_cmd: 0,
-            wake_at: None,
-            paused_until: 0,
-            crashed_at: None,
-            stage: None,
-            running: false,
-            effect_pending: false,
-            charge_dropped: false,
-            abandoned_in: None,
-            answered: false,
-            charge: None,
-            outcome: None,
-            last_view: None,
-        });
-        trace!(
-            self,
-            "c{client} try {try_no} -> w{worker} amount={} owner={owner}", plan.amount
-        );
-        if let (Some(timeout), true) = (plan.timeout, more_tries) {
-            self.at(
-                self.now + timeout,
-                Event::ClientTimeout {
-                    client: client as u32,
-                    try_no,
-                },
-            );
-        }
-        self.drive(worker);
-    }
-
-    /// Polls the attempt until it waits or is done, carrying out each step.
-    fn drive(&mut self, worker: usize) {
-        loop {
-            let clock = self.caller_now(worker);
-            let step = self.workers[worker]
-                .attempt
-                .poll(Timestamp::from_millis(clock));
-            if !self.workers[worker].attempt.awaiting_reply()
-                && let Some(cmd) = self.workers[worker].outstanding.take()
-            {
-                // The attempt gave the command up at its reply deadline: a reply to it is
-                // late from now on.
-                trace!(self, "w{worker} gives #{cmd} up at its reply deadline");
-                self.note(worker, EventKind::Received(Received::GivenUp));
-            }
-            self.view_lease(worker, clock);
-            match step {
-                Step::Send { command, .. } => {
-                    let stage = match command {
-                        Command::Reserve { .. } => Stage::Reserve,
-                        Command::Complete { .. } => Stage::Complete,
-                        Command::Release { .. } => Stage::Release,
-                        Command::Renew { .. } | Command::Read => Stage::Action,
-                    };
-                    self.enter(worker, stage);
-                    self.send(worker, command);
-                }
-                Step::Run if self.workers[worker].abandoned_in.is_some() => {
-                    self.protocol(worker, "abandoned, but told to run".into());
-                    return;
-                }
-                Step::Run => {
-                    self.enter(worker, Stage::Action);
-                    self.run_action(worker);
-                }
-                Step::Wait { until } => {
-                    let now = Timestamp::from_millis(clock);
-                    if self.workers[worker].attempt.notices_from(now).is_some() {
-                        self.enter(worker, Stage::Waiting);
-                    }
-                    if let Some(until) = until {
-                        let offset = clock - self.now;
-                        let at = until.as_millis().saturating_sub(offset).max(self.now);
-                        if self.workers[worker].wake_at != Some(at) {
-                            self.workers[worker].wake_at = Some(at);
-                            self.at(
-                                at,
-                                Event::Wake {
-                                    worker: worker as u32,
-                                },
-                            );
-                        }
-                    }
-                    return;
-                }
-                Step::Done(outcome) => {
-                    if !self.done(worker, outcome) {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-
-    /// The try reaches `stage`; the first time it reaches the stage its plan names, the
-    /// caller's going away is scheduled.
-    fn enter(&mut self, worker: usize, stage: Stage) {
-        let w = &mut self.workers[worker];
-        if w.stage == Some(stage) || w.abandoned_in.is_some() {
-            return;
-        }
-        // A reserve sent again while waiting for a holder is still waiting.
-        if stage == Stage::Reserve && w.stage == Some(Stage::Waiting) {
-            return;
-        }
-        w.stage = Some(stage);
-        if let Some(gone) = w.action.caller_gone
-            && gone.stage == stage
-        {
-            // Reached once: a stage is not entered twice (waiting is left only for the
-            // action or the end).
-            self.at(
-                self.now + gone.after,
-                Event::CallerGone {
-                    worker: worker as u32,
-                },
-            );
-        }
-    }
-
-    fn send(&mut self, worker: usize, command: Command) {
-        let w = &mut self.workers[worker];
-        w.next_cmd += 1;
-        let cmd = w.next_cmd;
-        w.outstanding = Some(cmd);
-        trace!(self, "w{worker} sends #{cmd} {}", command.name());
-        self.note(worker, EventKind::Sent(command.kind()));
-        self.transmit(worker, cmd, command);
-    }
-
-    /// A command the attempt did not ask for (a broken driver's): numbered `#0`, so its
-    /// reply is never taken for the attempt's.
-    fn send_untracked(&mut self, worker: usize, command: Command) {
-        trace!(self, "w{worker} sends #0 {} on its own", command.name());
-        self.note(worker, EventKind::Sent(command.kind()));
-        self.transmit(worker, 0, command);
-    }
-
-    fn transmit(&mut self, worker: usize, cmd: u32, command: Command) {
-        let network = self.plan.network;
-        if self.rng.chance(network.request_lost) {
-            self.exercised(Exercised::RequestLost);
-            trace!(self, "#{cmd} of w{worker} is lost before the store");
-            return;
-        }
-        let delay = self.rng.between(network.min_delay, network.max_delay);
-        self.at(
-            self.now + delay,
-            Event::Arrive {
-                worker: worker as u32,
-                cmd,
-                command,
-            },
-        );
-    }
-
-    fn run_action(&mut self, worker: usize) {
-        let clock = Timestamp::from_millis(self.caller_now(worker));
-        let w = &mut self.workers[worker];
-        let action = w.action;
-        w.running = true;
-        let unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
-        // The charge comes at its time, unless the action fails or panics first.
-        w.effect_pending = !action.fails && action.panic_at.is_none_or(|p| action.effect_at < p);
-        let effect_pending = w.effect_pending;
-        let lease = w.attempt.options().lease().as_millis() as u64;
-        trace!(self, "w{worker} runs the action: {action:?}");
-        self.note(worker, EventKind::Run { unprotected });
-        if action.duration > lease {
-            self.exercised(Exercised::SlowAction);
-        }
-        let id = worker as u32;
-        if effect_pending {
-            self.at(self.now + action.effect_at, Event::Effect { worker: id });
-        }
-        let ends_at = action.panic_at.unwrap_or(action.duration);
-        self.at(self.now + ends_at, Event::ActionDone { worker: id });
-        if let Some(crash_at) = action.crash_at {
-            self.at(self.now + crash_at, Event::Crash { worker: id });
-        }
-        if let Some((pause_at, length)) = action.pause {
-            self.at(self.now + pause_at, Event::Pause { worker: id, length });
-        }
-    }
-
-    /// The lease view: while the attempt says its lease is held, what it believes is
-    /// written down (its confirmed end, on the store's clock) for the judge to hold against
-    /// the record. A view that says the same as the last one of an unchanged record is not
-    /// written again.
-    fn view_lease(&mut self, worker: usize, clock: u64) {
-        let w = &self.workers[worker];
-        if w.attempt.lease(Timestamp::from_millis(clock)) != LeaseState::Held {
-            return;
-        }
-        let Some(until) = w.attempt.lease_confirmed_until() else {
-            return;
-        };
-        // The caller's clock runs `clock - now` ahead of simulated time, the store's
-        // `store_offset`.
-        let until = until.as_millis().saturating_sub(clock - self.now) + self.plan.store_offset;
-        let seen = (until, self.versions[self.storage[w.slot]]);
-        if w.last_view != Some(seen) {
-            self.workers[worker].last_view = Some(seen);
-            self.note(worker, EventKind::LeaseView { until });
-        }
-    }
-
-    /// The store node: applies one command at its own clock, writes the step down, replies.
-    fn store_receives(&mut self, worker: usize, cmd: u32, command: Command) {
-        let network = self.plan.network;
-        match self.plan.outages.iter().find(|o| o.covers(self.now)) {
-            Some(Outage {
-                kind: OutageKind::Refusing,
-                ..
-            }) => {
-                self.exercised(Exercised::StoreDown);
-                trace!(self, "store is down: #{cmd} of w{worker} refused");
-                self.stored(worker, command, None, StoreAnswer::NotApplied, None);
-                let delay = self.rng.between(network.min_delay, network.max_delay);
-                self.at(
-                    self.now + delay,
-                    Event::Reply {
-                        worker: worker as u32,
-                        cmd,
-                        answer: Answer::Refused,
-                    },
-                );
-                return;
-            }
-            Some(Outage {
-                kind: OutageKind::Silent,
-                ..
-            }) => {
-                self.exercised(Exercised::StoreSilent);
-                trace!(self, "store does not answer: #{cmd} of w{worker} swallowed");
-                self.stored(worker, command, None, StoreAnswer::NotApplied, None);
-                return;
-            }
-            None => {}
-        }
-        let slot = self.workers[worker].slot;
-        let store_now = Timestamp::from_millis(self.store_now());
-        let judged_at = if self.variant.judges_by_caller_clock() {
-            // The caller's reading of the same wall time as the store's, off by its skew.
-            let skew = self.caller_now(worker) - self.now;
-            Timestamp::from_millis((store_now.as_millis() + skew).saturating_sub(CALLER_EPOCH))
-        } else {
-            store_now
-        };
-        let stored = self.storage[slot];
-        let name = command.name();
-        if self.garbage[stored] {
-            let Some(transition) = self.variant.apply_to_garbage(command.clone(), judged_at) else {
-                self.exercised(Exercised::CorruptRecord);
-                trace!(
-                    self,
-                    "store applies #{cmd} {name} of w{worker}: the key holds no record"
-                );
-                self.stored(worker, command, None, StoreAnswer::Corrupt, None);
-                self.reply(worker, cmd, Answer::Corrupt);
-                return;
-            };
-            trace!(
-                self,
-                "store applies #{cmd} {name} of w{worker} to a value that is not a record: {:?}",
-                transition.reply
-            );
-            let written = match transition.write {
-                Write::Put(record) => {
-                    self.garbage[stored] = false;
-                    self.versions[stored] += 1;
-                    self.records[stored] = Some(record.clone());
-                    Some(record)
-                }
-                Write::Unchanged | Write::Delete => None,
-            };
-            let reply = StoreAnswer::Reply(transition.reply.clone());
-            self.stored(worker, command, None, reply, written);
-            self.reply(worker, cmd, Answer::Reply(transition.reply));
-            return;
-        }
-        let before = self.records[stored].take();
-        let transition = self
-            .variant
-            .apply(before.as_ref(), command.clone(), judged_at);
-        self.exercise_step(before.as_ref(), &command, &transition.reply);
-        trace!(
-            self,
-            "store applies #{cmd} {name} of w{worker}: {:?}", transition.reply
-        );
-        let notify = self.plan.notices
-            && matches!(
-                transition.write,
-                Write::Delete | Write::Put(Record::Completed { .. })
-            );
-        if transition.write != Write::Unchanged {
-            self.versions[stored] += 1;
-        }
-        self.records[stored] = match transition.write {
-            Write::Unchanged => before.clone(),
-            Write::Put(record) => Some(record),
-            Write::Delete => None,
-        };
-        let after = self.records[stored].clone();
-        let answer = StoreAnswer::Reply(transition.reply.clone());
-        self.stored(worker, command, before, answer, after);
-        if notify {
-            self.notify(stored, worker);
-        }
-        self.reply(worker, cmd, Answer::Reply(transition.reply));
-    }
-
-    /// Writes a store step down.
-    fn stored(
-        &mut self,
-        worker: usize,
-        command: Command,
-        before: Option<Record>,
-        answer: StoreAnswer,
-        after: Option<Record>,
-    ) {
-        self.note(
-            worker,
-            EventKind::Store {
-                command,
-                before,
-                answer,
-                after,
-            },
-        );
-    }
-
-    /// The paths a store step took, counted (the checks are the judge's).
-    fn exercise_step(&mut self, before: Option<&Record>, command: &Command, reply: &Reply) {
-        let store_now = Timestamp::from_millis(self.store_now());
-        let expired = before.is_some_and(|record| record.is_expired(store_now));
-        if let Command::Reserve { owner, .. } = command {
-            match (reply, before) {
-                (Reply::Reserved(_), Some(Record::Pending { owner: holder, .. }))
-                    if expired && holder != owner =>
-                {
-                    self.exercised(Exercised::LeaseTakeover);
-                }
-                (Reply::Reserved(_), Some(Record::Completed { .. })) if expired => {
-                    self.exercised(Exercised::RetentionExpired);
-                }
-                (Reply::InFlight { .. }, _) => self.exercised(Exercised::InFlight),
-                (Reply::KeyReuse { .. }, _) => self.exercised(Exercised::KeyReuse),
-                _ => {}
-            }
-        }
-        match reply {
-            Reply::Completed(Completion::AfterLeaseExpiry) => {
-                self.exercised(Exercised::LateComplete);
-            }
-            Reply::Completed(Completion::Repeated) => {
-                self.exercised(Exercised::RepeatedComplete);
-            }
-            Reply::Refused(_) => self.exercised(Exercised::Refused),
-            _ => {}
-        }
-    }
-
-    /// Sends an answer back over the network, which may lose or delay it.
-    fn reply(&mut self, worker: usize, cmd: u32, answer: Answer) {
-        let network = self.plan.network;
-        if self.rng.chance(network.reply_lost) {
-            self.exercised(Exercised::ReplyLost);
-            trace!(self, "the reply to #{cmd} of w{worker} is lost");
-            return;
-        }
-        let mut delay = self.rng.between(network.min_delay, network.max_delay);
-        if self.rng.chance(network.reply_late) {
-            self.exercised(Exercised::ReplyLate);
-            // Past the attempt's own reply deadline: by one to ten reply timeouts.
-            let timeout = self.workers[worker].attempt.options().reply_timeout();
-            let timeout = timeout.as_millis() as u64;
-            delay += self.rng.between(timeout, timeout * 10);
-        }
-        self.at(
-            self.now + delay,
-            Event::Reply {
-                worker: worker as u32,
-                cmd,
-                answer,
-            },
-        );
-    }
-
-    /// The store tells every other live caller of the key that its record changed; each
-    /// notice travels (and may be lost) like any message.
-    fn notify(&mut self, stored: usize, writer: usize) {
-        let network = self.plan.network;
-        for other in 0..self.workers.len() {
-            let w = &self.workers[other];
-            if other == writer || self.storage[w.slot] != stored || !w.live() {
-                continue;
-            }
-            if self.rng.chance(network.request_lost) {
-                continue;
-            }
-            let delay = self.rng.between(network.min_delay, network.max_delay);
-            self.at(
-                self.now + delay,
-                Event::Notice {
-                    worker: other as u32,
-                },
-            );
-        }
-    }
-
     /// End of run: the judge reads the run's history; what it found, and the cause of every
     /// extra effect, go into the report.
     fn finish(mut self) -> RunReport {
@@ -1088,6 +287,7 @@ impl<'p> World<'p> {
         }
         self.report.violations = verdict.violations;
         self.report.extra = verdict.extra;
+        self.report.extra_transactional = verdict.extra_transactional;
         self.report.trace = self.trace.take();
         self.report.history = self.history;
         self.report
@@ -1104,7 +304,7 @@ mod tests {
     /// budget far too small for any run), and reports every unfinished attempt.
     #[test]
     fn a_run_that_does_not_finish_is_reported() {
-        let mut rng = SimRng::new(3);
+        let mut rng = SimRng::new(4);
         let plan = Plan::random(&mut rng, Shape::default()).unwrap();
         let mut world = World::new(&plan, Variant::Correct, rng.clone(), false);
         world.budget = 20;

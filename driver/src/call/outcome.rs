@@ -1,5 +1,6 @@
-//! How a call ends: the attempt's outcome turned into the caller's answer, counted and
-//! logged once, whether the store or the replay cache answered the reserve.
+//! The end of a call: the attempt's outcome turned into the typed result (the value, the
+//! action's error, a refusal, the panic to resume), each counted and logged; an
+//! execution's provenance; a replay decoded from the stored result.
 
 use idem_core::record::{CommandKind, StoredResult};
 use idem_core::{Execution, Outcome, Protection, ProtocolError};

@@ -12,6 +12,8 @@
 //!   nothing by its reply deadline);
 //! - the action: when it was handed out (**run**, under a reservation or unprotected), its
 //!   **charge** (a line of the card statement, which the history keeps), how it **ended**;
+//!   for a **transactional** action, the writes it made uncommitted and their **commit**
+//!   with the record (a line of the statement too);
 //! - abnormal ends: a holder that **crashed** or **paused**, an attempt **abandoned** by its
 //!   driver and how its **settlement** ended, a caller that got **stuck**, a driver that fed
 //!   the machine an input it refused;
@@ -20,12 +22,15 @@
 //!
 //! Its `Display` is the run as a story, one line per event, which a counterexample prints.
 
-use std::fmt;
-
-use idem_core::record::{Command, CommandKind, Record, Reply, StoredResult};
+use idem_core::record::{Command, CommandKind, Record, Reply};
 use idem_core::{Fingerprint, Outcome, OwnerToken};
 
 use crate::statement::Statement;
+
+mod story;
+
+pub use story::Story;
+pub(crate) use story::{ResultLabel, ShortRecord};
 
 /// A key of the run, as the callers name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +152,22 @@ pub enum EventKind {
     },
     /// The action ended.
     ActionEnded(ActionEnd),
+    /// The attempt's action is transactional (MODEL.md, "Effects that commit with the
+    /// record"): its effect is writes in the store's own database that commit with its
+    /// complete, or not at all. Written before anything else of the attempt.
+    Transactional,
+    /// The transactional action made its writes, uncommitted, naming them `id` (its value):
+    /// they become an effect only if the store commits them with the record.
+    Wrote {
+        /// What the writes are called, and what the action returns.
+        id: String,
+    },
+    /// The store committed the action's writes with the complete it just applied: line
+    /// `charge` of the statement, under the id the writes were given.
+    Committed {
+        /// An index into [`History::statement`]'s lines.
+        charge: usize,
+    },
     /// The attempt machine said its lease was held (`LeaseState::Held`) at this event's
     /// time, confirmed until `until` (both on the store's clock).
     LeaseView {
@@ -215,6 +236,15 @@ impl History {
         &self.statement.lines()[charge].id
     }
 
+    /// The store commits the writes `id` of attempt `who`'s transaction at `at`: a line of
+    /// the statement and an event (MODEL.md, "Effects that commit with the record").
+    pub fn commit(&mut self, at: u64, who: usize, id: String) {
+        let key = self.attempts.get(who).map_or(0, |attempt| attempt.key);
+        self.statement.commit(key, Some(who), at, id);
+        let charge = self.statement.len() - 1;
+        self.push(at, who, EventKind::Committed { charge });
+    }
+
     /// The attempt whose owner token is `owner`, if any.
     pub fn attempt_of(&self, owner: OwnerToken) -> Option<usize> {
         self.attempts.iter().position(|a| a.owner == owner)
@@ -245,239 +275,5 @@ impl History {
     /// The run as a story, one line per event.
     pub fn story(&self) -> Story<'_> {
         Story(self)
-    }
-}
-
-impl fmt::Display for History {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.story().fmt(f)
-    }
-}
-
-/// A history written for a person: its keys, then one line per event.
-#[derive(Debug, Clone, Copy)]
-pub struct Story<'h>(&'h History);
-
-impl fmt::Display for Story<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let history = self.0;
-        for (index, key) in history.keys.iter().enumerate() {
-            write!(f, "key {index}: {} {}", key.operation, key.key)?;
-            if let Some((operation, filed)) = &key.filed {
-                write!(f, " (filed as {operation} {filed})")?;
-            }
-            if key.corrupt {
-                write!(f, " (holds a value that is not a record)")?;
-            }
-            writeln!(f)?;
-        }
-        for (index, event) in history.events.iter().enumerate() {
-            let (label, key) = history
-                .attempts
-                .get(event.who)
-                .map_or(("?", 0), |a| (a.label.as_str(), a.key));
-            writeln!(
-                f,
-                "#{index:<3} t+{:<6} {label} key {key}: {}",
-                event.at,
-                Explain(history, &event.kind)
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// An event kind written for a person.
-struct Explain<'a>(&'a History, &'a EventKind);
-
-impl fmt::Display for Explain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let history = self.0;
-        match self.1 {
-            EventKind::Sent(kind) => write!(f, "sends {kind}"),
-            EventKind::Store {
-                command,
-                before,
-                answer,
-                after,
-            } => {
-                write!(f, "store gets {} ", ShortCommand(command))?;
-                match answer {
-                    Answer::NotApplied => write!(f, "-> NOT APPLIED"),
-                    Answer::Corrupt => write!(f, "-> CORRUPT (the key holds no record)"),
-                    Answer::Reply(reply) => write!(
-                        f,
-                        "-> {} | {} => {}",
-                        ShortReply(history, reply),
-                        ShortRecord(history, before.as_ref()),
-                        ShortRecord(history, after.as_ref())
-                    ),
-                }
-            }
-            EventKind::Received(received) => match received {
-                Received::Reply(reply) => write!(f, "receives {}", ShortReply(history, reply)),
-                Received::Corrupt => write!(f, "receives CORRUPT"),
-                Received::Failed => write!(f, "receives a store failure (reply lost or refused)"),
-                Received::GivenUp => write!(f, "gets no reply: HUNG, given up at its deadline"),
-            },
-            EventKind::Run { unprotected } => {
-                if *unprotected {
-                    write!(f, "runs its action UNPROTECTED (failed open)")
-                } else {
-                    write!(f, "runs its action")
-                }
-            }
-            EventKind::Charged { charge } => {
-                let id = history
-                    .statement
-                    .lines()
-                    .get(*charge)
-                    .map_or("?", |line| line.id.as_str());
-                write!(f, "CHARGED {id}")
-            }
-            EventKind::ActionEnded(end) => match end {
-                ActionEnd::Succeeded => write!(f, "action succeeded"),
-                ActionEnd::Unrecordable => write!(f, "action succeeded, value not recordable"),
-                ActionEnd::Failed => write!(f, "action declined (failed, no effect)"),
-                ActionEnd::Panicked => write!(f, "the action PANICKED"),
-            },
-            EventKind::LeaseView { until } => {
-                write!(f, "(its machine says: lease held, until t+{until})")
-            }
-            EventKind::Crashed => write!(f, "CRASHED mid-action"),
-            EventKind::Paused { until } => write!(f, "PAUSED until t+{until}"),
-            EventKind::Abandoned => write!(f, "ABANDONED by its driver: settling from here on"),
-            EventKind::Settled(outcome) => {
-                write!(f, "settled: {}", ShortOutcome(outcome))
-            }
-            EventKind::Finished(outcome) => write!(f, "outcome {}", ShortOutcome(outcome)),
-            EventKind::Stuck(why) => write!(f, "STUCK: {why}"),
-            EventKind::Protocol(why) => write!(f, "PROTOCOL ERROR: {why}"),
-        }
-    }
-}
-
-fn fp_label(fingerprint: Fingerprint) -> String {
-    fingerprint.to_string().chars().take(6).collect()
-}
-
-struct ShortCommand<'a>(&'a Command);
-
-impl fmt::Display for ShortCommand<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Command::Reserve {
-                fingerprint, lease, ..
-            } => write!(
-                f,
-                "reserve(fp {}, lease {}ms)",
-                fp_label(*fingerprint),
-                lease.as_millis()
-            ),
-            Command::Complete { result, .. } => write!(f, "complete({})", ResultLabel(result)),
-            Command::Renew { lease, .. } => write!(f, "renew({}ms)", lease.as_millis()),
-            Command::Release { .. } => write!(f, "release"),
-            Command::Read => write!(f, "read"),
-        }
-    }
-}
-
-/// A stored result written for a person.
-pub(crate) struct ResultLabel<'a>(pub(crate) &'a StoredResult);
-
-impl fmt::Display for ResultLabel<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            StoredResult::Value(body) => {
-                write!(f, "{:?}", String::from_utf8_lossy(body.as_bytes()))
-            }
-            StoredResult::NotStored => write!(f, "no body"),
-            StoredResult::Panicked => write!(f, "PANICKED, outcome unknown"),
-        }
-    }
-}
-
-struct ShortReply<'a>(&'a History, &'a Reply);
-
-impl fmt::Display for ShortReply<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let history = self.0;
-        match self.1 {
-            Reply::Reserved(r) => match r.lease_until {
-                Some(until) => write!(
-                    f,
-                    "Reserved({} until t+{})",
-                    history.owner_label(r.owner),
-                    until.as_millis()
-                ),
-                None => write!(f, "Reserved({})", history.owner_label(r.owner)),
-            },
-            Reply::InFlight { lease_until } => {
-                write!(f, "InFlight(until t+{})", lease_until.as_millis())
-            }
-            Reply::Replay { result, .. } => write!(f, "Replay({})", ResultLabel(result)),
-            Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
-            Reply::Completed(c) => write!(f, "Completed({c:?})"),
-            Reply::Renewed(r) => match r.lease_until {
-                Some(until) => write!(f, "Renewed(until t+{})", until.as_millis()),
-                None => f.write_str("Renewed"),
-            },
-            Reply::Released => write!(f, "Released"),
-            Reply::Refused(r) => write!(f, "Refused({r:?})"),
-            Reply::Read(record) => write!(f, "Read({})", ShortRecord(history, record.as_ref())),
-        }
-    }
-}
-
-/// A record (or an absent key) written for a person.
-pub(crate) struct ShortRecord<'a>(pub(crate) &'a History, pub(crate) Option<&'a Record>);
-
-impl fmt::Display for ShortRecord<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let history = self.0;
-        match self.1 {
-            None => write!(f, "absent"),
-            Some(Record::Pending {
-                owner,
-                fingerprint,
-                lease_until,
-            }) => write!(
-                f,
-                "Pending({}, fp {}, until t+{})",
-                history.owner_label(*owner),
-                fp_label(*fingerprint),
-                lease_until.as_millis()
-            ),
-            Some(Record::Completed {
-                owner,
-                fingerprint,
-                result,
-                expires_at,
-            }) => write!(
-                f,
-                "Completed({}, fp {}, {}, until t+{})",
-                history.owner_label(*owner),
-                fp_label(*fingerprint),
-                ResultLabel(result),
-                expires_at.as_millis()
-            ),
-        }
-    }
-}
-
-struct ShortOutcome<'a>(&'a Outcome);
-
-impl fmt::Display for ShortOutcome<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Outcome::Replayed { result } => write!(f, "Replayed({})", ResultLabel(result)),
-            Outcome::KeyReuse { stored, given } => write!(
-                f,
-                "KeyReuse(stored fp {}, given fp {})",
-                fp_label(*stored),
-                fp_label(*given)
-            ),
-            other => write!(f, "{other:?}"),
-        }
     }
 }

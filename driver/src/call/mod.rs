@@ -7,17 +7,26 @@
 //! keeps polling for renewals while the action runs (waiting on the action, the outstanding
 //! command, a change notice and a timer together), and turns the attempt's outcome into the
 //! typed result.
+//!
+//! Here is the loop, and how a store's answer is fed back; `action` starts the action with
+//! its claim, takes what it returned or how it panicked (rule 11), and keeps its claim's
+//! lease view; `outcome` turns the attempt's outcome into the typed result, a replay
+//! decoded.
+
+mod action;
+mod cache;
+mod outcome;
 
 use std::any::Any;
 use std::future::Future;
-use std::panic::{self, AssertUnwindSafe};
-use std::pin::{Pin, pin};
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::{Either, Fuse, FusedFuture};
-use idem_core::record::{Body, CommandKind, Reply, StoredResult};
-use idem_core::{ActionResult, Key, LeaseState, Operation, ProtocolError, Step, Timestamp};
+use idem_core::record::{CommandKind, Reply, StoredResult};
+use idem_core::{Key, Operation, ProtocolError, Step, Timestamp};
 use tokio::sync::watch;
 
 use crate::answer::Answer;
@@ -30,9 +39,7 @@ use crate::replay_cache::ReplayCache;
 use crate::settle::AttemptGuard;
 use crate::store::{Store, StoreError};
 use crate::transaction::TransactionSlot;
-
-mod cache;
-mod conclude;
+use crate::watching::Watching;
 
 /// How a call ended: with an answer for the caller, or with the action's panic to resume in
 /// the caller once the attempt recorded it.
@@ -188,6 +195,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         let mut running = pin!(Fuse::terminated());
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
+        let mut watching = Watching::default();
         if run_now {
             let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
             self.start(action, self.clock.now(), running.as_mut())?;
@@ -221,6 +229,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     }
                     self.sending(&next, now);
                     sent = Some(next.kind());
+                    if self.waited && next.kind() == CommandKind::Reserve {
+                        watching.before_reserve(|| store.watch(&operation, &key));
+                    }
                     let transaction = match (&next, &self.transaction) {
                         (idem_core::Command::Complete { .. }, Some(slot)) => {
                             slot.complete(operation.clone(), key.clone(), next.clone())
@@ -252,17 +263,18 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                         return Err(ProtocolError::ActionNotRunning.into());
                     }
                     self.waited |= notices.is_some();
-                    let changed = notices.map(|from| (from, store.changed(&operation, &key)));
+                    let watch =
+                        watching.for_wait(notices.is_some(), || store.changed(&operation, &key));
                     let clock = self.clock;
                     let notice = async move {
-                        match changed {
-                            Some((from, changed)) => {
+                        match (notices, watch) {
+                            (Some(from), Some(changed)) => {
                                 if from > now {
                                     clock.sleep_until(Some(from)).await;
                                 }
                                 changed.await;
                             }
-                            None => std::future::pending().await,
+                            _ => std::future::pending().await,
                         }
                     };
                     tokio::select! {
@@ -287,34 +299,6 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     }
                 }
             }
-        }
-    }
-
-    /// Starts the action the attempt handed out, with its claim.
-    fn start<F, Fut>(
-        &mut self,
-        action: F,
-        now: Timestamp,
-        mut running: Pin<&mut ActionFuture<Fut>>,
-    ) -> Result<(), Error<E>>
-    where
-        F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let claim = self.claim(now);
-        tracing::debug!(
-            operation = %self.operation,
-            key = %self.key,
-            protected = claim.is_protected(),
-            "running the action"
-        );
-        // A panic while making the future counts as the action's panic.
-        match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
-            Ok(future) => {
-                running.set(AssertUnwindSafe(future).catch_unwind().fuse());
-                Ok(())
-            }
-            Err(payload) => self.action_finished(Err(payload)),
         }
     }
 
@@ -363,104 +347,5 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             }
         }
         Ok(())
-    }
-
-    /// The action finished (returned or panicked): keep its value, error or panic, and
-    /// tell the attempt what to record.
-    fn action_finished(
-        &mut self,
-        result: Result<Result<T, E>, Box<dyn Any + Send>>,
-    ) -> Result<(), Error<E>> {
-        // The claim's lease no longer matters; a lease-lost future now never resolves.
-        self.lease = None;
-        let fed = match result {
-            Ok(Ok(value)) => {
-                // Rule 11: a value whose encoding panics is a panic after the effect.
-                match panic::catch_unwind(AssertUnwindSafe(|| self.codec.encode(&value))) {
-                    Ok(Ok(bytes)) => {
-                        self.value = Some(value);
-                        ActionResult::Succeeded(Body::new(bytes))
-                    }
-                    Ok(Err(error)) => {
-                        tracing::warn!(
-                            operation = %self.operation,
-                            key = %self.key,
-                            %error,
-                            "the action's value cannot be encoded; completing without a body"
-                        );
-                        self.value = Some(value);
-                        ActionResult::Unrecordable
-                    }
-                    Err(payload) => self.panicked(payload),
-                }
-            }
-            Ok(Err(error)) => {
-                self.failure = Some(error);
-                ActionResult::Failed
-            }
-            Err(payload) => self.panicked(payload),
-        };
-        let now = self.clock.now();
-        self.guard.attempt.handle_action_result(fed, now)?;
-        Ok(())
-    }
-
-    fn panicked(&mut self, payload: Box<dyn Any + Send>) -> ActionResult {
-        tracing::error!(
-            operation = %self.operation,
-            key = %self.key,
-            "the action panicked; its effect is unknown, so the key is recorded as such and \
-             never given back"
-        );
-        self.panic = Some(payload);
-        ActionResult::Panicked
-    }
-
-    /// The claim handed to the action, and the channel that keeps its lease view.
-    fn claim(&mut self, now: Timestamp) -> Claim {
-        let (sender, receiver) = watch::channel(self.lease_view(now));
-        self.lease = Some(sender);
-        Claim::new(
-            self.operation.clone(),
-            self.key.clone(),
-            self.guard.attempt.owner(),
-            receiver,
-        )
-    }
-
-    fn lease_view(&self, now: Timestamp) -> LeaseView {
-        let attempt = &self.guard.attempt;
-        LeaseView {
-            state: attempt.lease(now),
-            confirmed_until: attempt
-                .lease_confirmed_until()
-                .and_then(|until| self.clock.instant(until)),
-        }
-    }
-
-    /// Tells the running action's claim what the attempt knows about its lease.
-    fn publish_lease(&self, now: Timestamp) {
-        let Some(sender) = &self.lease else {
-            return;
-        };
-        let view = self.lease_view(now);
-        if view.state == LeaseState::NotRunning {
-            return;
-        }
-        let mut worse = false;
-        sender.send_if_modified(|current| {
-            let moved = *current != view;
-            worse = current.state != view.state && view.state != LeaseState::Held;
-            *current = view;
-            moved
-        });
-        if worse {
-            tracing::warn!(
-                operation = %self.operation,
-                key = %self.key,
-                lease = ?view.state,
-                "the running action's lease is no longer confirmed"
-            );
-        }
     }
 }

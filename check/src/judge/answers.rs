@@ -1,0 +1,212 @@
+//! Identical requests get identical answers (`I8`): within one life of a key's record,
+//! every answer to one request is the same result, each replayed body a real result of
+//! that request under that key (`I8`, and `I4` when it is another request's); and a
+//! key-reuse refusal names another request under this very key (`I4`).
+
+use idem_core::record::{Record, StoredResult};
+use idem_core::{Outcome, Recording, Timestamp};
+
+use super::effects::cause_of;
+use super::{Rule, Run, Violation};
+use crate::history::{ActionEnd, EventKind};
+use crate::statement::Charge;
+
+/// The answers given to one request on one key within one life of its record: (event,
+/// attempt, what it was answered).
+type Answers = Vec<(usize, usize, StoredResult)>;
+
+/// `I8` (and `I4` for bodies): for each key and request, every answer given within one
+/// retention period (replays, and executions whose effect is the one allowed) is the same
+/// result; every replayed body is a charge made for that same request under that key; and
+/// a replay without a body answers an execution of that request whose value could not be
+/// recorded.
+pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mut Vec<Violation>) {
+    let history = run.history;
+    // Where each record's completed result was found expired: a new life of the record.
+    let lives: Vec<Vec<usize>> = run
+        .steps_of_record
+        .iter()
+        .map(|steps| {
+            steps
+                .iter()
+                .copied()
+                .filter(|&step| {
+                    let event = &history.events[step];
+                    matches!(&event.kind, EventKind::Store { before: Some(record @ Record::Completed { .. }), .. }
+                        if record.is_expired(Timestamp::from_millis(event.at)))
+                })
+                .collect()
+        })
+        .collect();
+    let life = |who: usize, at: usize| {
+        let record = run.facts[who].record;
+        lives
+            .get(record)
+            .map_or(0, |starts| starts.iter().filter(|&&s| s <= at).count())
+    };
+    let mut groups: Vec<((usize, idem_core::Fingerprint, usize), Answers)> = Vec::new();
+    for (index, event) in history.events.iter().enumerate() {
+        let EventKind::Finished(outcome) = &event.kind else {
+            continue;
+        };
+        let who = event.who;
+        let Some(attempt) = history.attempts.get(who) else {
+            continue;
+        };
+        let facts = &run.facts[who];
+        let excused = || {
+            charges
+                .get(attempt.key)
+                .is_some_and(|charges| cause_of(run, who, charges).is_some())
+        };
+        let (answer, at) = match outcome {
+            Outcome::Replayed { result } => {
+                match result {
+                    StoredResult::Value(body) => {
+                        replayed_body(run, index, who, body.as_bytes(), found);
+                    }
+                    StoredResult::NotStored => bodiless_replay(run, index, who, found),
+                    StoredResult::Panicked => {}
+                }
+                (result.clone(), facts.replayed_from.unwrap_or(index))
+            }
+            Outcome::Executed(execution) if !excused() => {
+                let Some(charge) = facts
+                    .charge
+                    .and_then(|(_, line)| history.statement.lines().get(line))
+                else {
+                    continue;
+                };
+                let answer = if execution.record == Recording::StoredWithoutBody {
+                    StoredResult::NotStored
+                } else {
+                    StoredResult::Value(idem_core::Body::new(charge.id.as_bytes()))
+                };
+                (answer, facts.run.unwrap_or(index))
+            }
+            Outcome::Panicked(execution) if execution.record == Recording::Stored && !excused() => {
+                (StoredResult::Panicked, facts.run.unwrap_or(index))
+            }
+            _ => continue,
+        };
+        let group = (attempt.key, attempt.fingerprint, life(who, at));
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, answers)) => answers.push((index, who, answer)),
+            None => groups.push((group, vec![(index, who, answer)])),
+        }
+    }
+    for ((key, _, _), given) in groups {
+        let Some((_, first_who, first)) = given.first() else {
+            continue;
+        };
+        if let Some((index, who, answer)) = given.iter().find(|(_, _, answer)| answer != first) {
+            found.push(run.violation(
+                Rule::I8,
+                Some(*index),
+                format!(
+                    "identical requests on key {key} got different answers: {} got {}, {} got {}",
+                    run.label(*first_who),
+                    crate::history::ResultLabel(first),
+                    run.label(*who),
+                    crate::history::ResultLabel(answer)
+                ),
+            ));
+        }
+    }
+}
+
+/// A replayed body is a charge made under the replaying request's key, for that request
+/// (`I8`, and `I4` when it is another request's).
+fn replayed_body(run: &Run<'_>, index: usize, who: usize, body: &[u8], found: &mut Vec<Violation>) {
+    let history = run.history;
+    let attempt = &history.attempts[who];
+    let label = run.label(who);
+    match history.statement.find(body) {
+        None => found.push(run.violation(
+            Rule::I8,
+            Some(index),
+            format!(
+                "{label} was replayed {:?}, a body that no action produced",
+                String::from_utf8_lossy(body)
+            ),
+        )),
+        Some((_, charge)) if charge.key != attempt.key => found.push(run.violation(
+            Rule::I8,
+            Some(index),
+            format!(
+                "{label} was replayed {}, a charge made under another key",
+                charge.id
+            ),
+        )),
+        Some((_, charge)) => {
+            let by = charge
+                .by
+                .and_then(|by| history.attempts.get(by).map(|a| (by, a)));
+            if let Some((by, other)) = by
+                && other.fingerprint != attempt.fingerprint
+            {
+                for rule in [Rule::I4, Rule::I8] {
+                    found.push(run.violation(
+                        rule,
+                        Some(index),
+                        format!(
+                            "{label} was replayed {}, the result of {}, a request with another fingerprint",
+                            charge.id,
+                            run.label(by)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// A replay without a body answers an execution of the same request under the same key
+/// whose value could not be recorded (`I8`).
+fn bodiless_replay(run: &Run<'_>, index: usize, who: usize, found: &mut Vec<Violation>) {
+    let history = run.history;
+    let attempt = &history.attempts[who];
+    let made = history.attempts.iter().enumerate().any(|(by, other)| {
+        other.key == attempt.key
+            && other.fingerprint == attempt.fingerprint
+            && run.facts[by].charge.is_some()
+            && matches!(run.facts[by].ended, Some((_, ActionEnd::Unrecordable)))
+    });
+    if !made {
+        found.push(run.violation(
+            Rule::I8,
+            Some(index),
+            format!(
+                "{} was replayed no body, but no execution of its request went unrecorded",
+                run.label(who)
+            ),
+        ));
+    }
+}
+
+/// `I4`: a `KeyReuse` outcome carries two different fingerprints, the stored one that of
+/// another request under this very key.
+pub(super) fn key_reuse(run: &Run<'_>, found: &mut Vec<Violation>) {
+    let history = run.history;
+    for (index, event) in history.events.iter().enumerate() {
+        let EventKind::Finished(Outcome::KeyReuse { stored, given }) = &event.kind else {
+            continue;
+        };
+        let key = history.attempts.get(event.who).map(|a| a.key);
+        let genuine = stored != given
+            && history
+                .attempts
+                .iter()
+                .any(|a| Some(a.key) == key && a.fingerprint == *stored);
+        if !genuine {
+            found.push(run.violation(
+                Rule::I4,
+                Some(index),
+                format!(
+                    "{} was refused as key reuse, but no other request used its key",
+                    run.label(event.who)
+                ),
+            ));
+        }
+    }
+}

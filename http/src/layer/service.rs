@@ -1,0 +1,238 @@
+//! [`Idempotency`], the service a layer makes: a covered request runs through idem under
+//! its key, and the answer (the handler's response, a replay, a released response or a
+//! problem) is turned into the response, counted and logged.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::{Either, Full};
+use idem::{Answer, BoxError, Error, InFlightPolicy, Key, Provenance, Store};
+use tower::Service;
+
+use super::{Config, RequestBody};
+use crate::header::{KeyHeaderError, key_from_headers};
+use crate::problem::{Problem, ProblemType};
+use crate::response::{Captured, ResponseBody, capture};
+use crate::telemetry::{Event, Route};
+
+/// The service an [`IdempotencyLayer`](super::IdempotencyLayer) makes around `Svc`.
+pub struct Idempotency<S, Svc> {
+    pub(super) config: Arc<Config<S>>,
+    pub(super) inner: Svc,
+}
+
+impl<S, Svc: Clone> Clone for Idempotency<S, Svc> {
+    fn clone(&self) -> Self {
+        Self {
+            config: Arc::clone(&self.config),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S, Svc: fmt::Debug> fmt::Debug for Idempotency<S, Svc> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("config", &self.config)
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+/// Why the action did not produce a response to record.
+enum Failure<B, E> {
+    /// The handler answered with a status that is released.
+    Released(Response<B>),
+    /// The service failed without a response.
+    Service(E),
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, Svc, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S, Svc>
+where
+    S: Store,
+    Svc: Service<Request<RequestBody<ReqB>>, Response = Response<ResB>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = Svc::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // The service that was polled ready serves this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        if !self.config.methods.contains(request.method()) {
+            let response = inner.call(request.map(Either::Left));
+            return Box::pin(async move { Ok(response.await?.map(ResponseBody::inner)) });
+        }
+        Box::pin(Arc::clone(&self.config).handle(inner, request))
+    }
+}
+
+impl<S: Store> Config<S> {
+    async fn handle<Svc, ReqB, ResB>(
+        self: Arc<Self>,
+        mut inner: Svc,
+        request: Request<ReqB>,
+    ) -> Result<Response<ResponseBody<ResB>>, Svc::Error>
+    where
+        Svc: Service<Request<RequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
+        Svc::Future: Send + 'static,
+        Svc::Error: Send + 'static,
+        ReqB: Body<Data = Bytes> + Send + 'static,
+        ReqB::Error: Into<BoxError>,
+        ResB: Body<Data = Bytes> + Send + 'static,
+        ResB::Error: Into<BoxError>,
+    {
+        let (parts, body) = request.into_parts();
+        let route = Route::of(&parts);
+        let key = match key_from_headers(&parts.headers, self.bare) {
+            Ok(Some(key)) => key,
+            Ok(None) if !self.key_required => {
+                let request = Request::from_parts(parts, Either::Left(body));
+                return Ok(inner.call(request).await?.map(ResponseBody::inner));
+            }
+            Ok(None) => {
+                return Ok(self.refuse(&route, &Problem::from_key_error(&KeyHeaderError::Missing)));
+            }
+            Err(error) => return Ok(self.refuse(&route, &Problem::from_key_error(&error))),
+        };
+        let operation = match self.operation(&parts, &route) {
+            Ok(operation) => operation,
+            Err(problem) => return Ok(self.refuse(&route, &problem)),
+        };
+        let bytes = match self.read_body(&parts, body).await {
+            Ok(bytes) => bytes,
+            Err(problem) => return Ok(self.refuse(&route, &problem)),
+        };
+        let fingerprint = match self.fingerprint(&parts, &bytes) {
+            Ok(fingerprint) => fingerprint,
+            Err(problem) => return Ok(self.refuse(&route, &problem)),
+        };
+        let request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
+        let handle = match self
+            .coordinator
+            .operation_with_codec::<Captured<ResB>, Failure<ResB, Svc::Error>, _>(
+                operation.as_str(),
+                self.codec.clone(),
+            ) {
+            Ok(handle) => handle,
+            Err(_) => {
+                let problem =
+                    Problem::new(ProblemType::Internal, "The operation name was refused.");
+                return Ok(self.refuse(&route, &problem));
+            }
+        };
+        let release = Arc::clone(&self.release);
+        let limit = self.coordinator.options().max_body_bytes();
+        // Detached: the handler runs on a task of its own, to its end, and is recorded even
+        // if this future is dropped (the client hung up, a timeout fired).
+        let answer = handle
+            .execute_with_provenance(key.as_str(), fingerprint, move |_claim| async move {
+                let response = inner.call(request).await.map_err(Failure::Service)?;
+                if release(response.status()) {
+                    return Err(Failure::Released(response));
+                }
+                Ok(capture(response, limit).await)
+            })
+            .await;
+        self.answer(&route, &key, answer)
+    }
+
+    /// The response for a call's answer.
+    fn answer<ResB, E>(
+        &self,
+        route: &Route,
+        key: &Key,
+        answer: Result<Answer<Captured<ResB>>, Error<Failure<ResB, E>>>,
+    ) -> Result<Response<ResponseBody<ResB>>, E> {
+        let waiting = self.coordinator.options().in_flight() == InFlightPolicy::Wait;
+        match answer {
+            Ok(Answer {
+                value,
+                provenance,
+                waited,
+            }) => {
+                if waited {
+                    route.count(Event::Waited);
+                }
+                match provenance {
+                    Provenance::Replayed => {
+                        route.count(Event::Replayed);
+                        let mut response = value.into_response();
+                        response
+                            .headers_mut()
+                            .insert(self.replay_header.clone(), HeaderValue::from_static("true"));
+                        return Ok(response);
+                    }
+                    Provenance::Executed { lease_lost, .. } => {
+                        route.count(Event::Executed);
+                        if lease_lost {
+                            route.count(Event::LeaseLost);
+                            tracing::warn!(%route, %key, "the handler ran, but its lease lapsed meanwhile");
+                        }
+                    }
+                    Provenance::ExecutedUnprotected { recording } => {
+                        route.count(Event::FailedOpen);
+                        tracing::warn!(
+                            %route,
+                            %key,
+                            ?recording,
+                            "the handler ran unprotected: the idempotency store is unavailable and the layer fails open"
+                        );
+                    }
+                }
+                Ok(value.into_response())
+            }
+            Err(Error::Action(Failure::Released(response))) => {
+                route.count(Event::Released);
+                tracing::debug!(%route, %key, status = %response.status(), "released: not recorded, a retry runs again");
+                Ok(response.map(ResponseBody::inner))
+            }
+            Err(Error::Action(Failure::Service(error))) => {
+                route.count(Event::Released);
+                Err(error)
+            }
+            Err(error) => {
+                match &error {
+                    Error::InProgress => {
+                        route.count(Event::Conflict);
+                        if waiting {
+                            route.count(Event::Waited);
+                        }
+                    }
+                    Error::KeyReuse { .. } => route.count(Event::KeyReuse),
+                    _ => {}
+                }
+                let problem = Problem::from_error(&error, self.coordinator.options())
+                    .unwrap_or_else(|| Problem::new(ProblemType::Internal, "An internal error."));
+                Ok(self.refuse(route, &problem))
+            }
+        }
+    }
+
+    /// A problem response, counted.
+    fn refuse<B>(&self, route: &Route, problem: &Problem) -> Response<ResponseBody<B>> {
+        route.count(Event::Problem(problem.kind()));
+        tracing::debug!(%route, problem = %problem.kind(), "refused");
+        problem.to_response()
+    }
+}

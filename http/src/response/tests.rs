@@ -1,0 +1,181 @@
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::StatusCode;
+use http::header::{HeaderName, HeaderValue};
+use http_body::Frame;
+use idem::Codec;
+
+use super::*;
+use http::header::{CONTENT_TYPE, DATE, LOCATION};
+use http_body_util::Full;
+
+fn codec() -> ResponseCodec {
+    ResponseCodec::new(Arc::from(vec![CONTENT_TYPE, LOCATION]))
+}
+
+fn captured(status: u16, headers: &[(HeaderName, &str)], body: &[u8]) -> Captured<Full<Bytes>> {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (name, value) in headers {
+        response
+            .headers_mut()
+            .append(name, HeaderValue::from_str(value).unwrap());
+    }
+    let (parts, ()) = response.into_parts();
+    Captured {
+        parts,
+        body: CapturedBody::Complete {
+            data: Bytes::copy_from_slice(body),
+            trailers: None,
+        },
+    }
+}
+
+#[test]
+fn a_response_round_trips_with_its_allow_listed_headers_only() {
+    let body = br#"{"id":"ch_1","amount":100,"currency":"eur"}"#;
+    let value = captured(
+        201,
+        &[
+            (CONTENT_TYPE, "application/json"),
+            (LOCATION, "/charges/ch_1"),
+            (DATE, "Tue, 01 Dec 2026 00:00:00 GMT"),
+        ],
+        body,
+    );
+    let bytes = Codec::<Captured<Full<Bytes>>>::encode(&codec(), &value).unwrap();
+    assert_eq!(bytes.len(), 5 + (5 + 12 + 16) + (5 + 8 + 13) + body.len());
+    let back: Captured<Full<Bytes>> = codec().decode(&bytes).unwrap();
+    assert_eq!(back.parts.status, 201);
+    assert_eq!(back.parts.headers.len(), 2);
+    assert_eq!(back.parts.headers[LOCATION], "/charges/ch_1");
+    assert!(back.parts.headers.get(DATE).is_none());
+    match back.body {
+        CapturedBody::Complete { data, .. } => assert_eq!(&data[..], body),
+        _ => panic!("not complete"),
+    }
+}
+
+#[test]
+fn repeated_headers_keep_their_order() {
+    let value = captured(200, &[(LOCATION, "/a"), (LOCATION, "/b")], b"");
+    let bytes = Codec::<Captured<Full<Bytes>>>::encode(&codec(), &value).unwrap();
+    let back: Captured<Full<Bytes>> = codec().decode(&bytes).unwrap();
+    let locations: Vec<_> = back.parts.headers.get_all(LOCATION).iter().collect();
+    assert_eq!(locations, ["/a", "/b"]);
+}
+
+#[test]
+fn every_truncation_and_corruption_is_a_decode_error() {
+    let value = captured(201, &[(CONTENT_TYPE, "text/plain")], b"");
+    let bytes = Codec::<Captured<Full<Bytes>>>::encode(&codec(), &value).unwrap();
+    // With an empty body, every proper prefix is a truncation.
+    for len in 0..bytes.len() {
+        let decoded: Result<Captured<Full<Bytes>>, _> = codec().decode(&bytes[..len]);
+        assert!(decoded.is_err(), "a prefix of {len} bytes decoded");
+    }
+    let mut wrong = bytes.clone();
+    wrong[0] = 2;
+    assert!(Codec::<Captured<Full<Bytes>>>::decode(&codec(), &wrong).is_err());
+    let mut wrong = bytes.clone();
+    wrong[1..3].copy_from_slice(&1000u16.to_be_bytes());
+    assert!(Codec::<Captured<Full<Bytes>>>::decode(&codec(), &wrong).is_err());
+    let mut wrong = bytes.clone();
+    wrong[6] = b' ';
+    assert!(Codec::<Captured<Full<Bytes>>>::decode(&codec(), &wrong).is_err());
+    let mut wrong = bytes;
+    let value_at = wrong.len() - 1;
+    wrong[value_at] = b'\n';
+    assert!(Codec::<Captured<Full<Bytes>>>::decode(&codec(), &wrong).is_err());
+}
+
+/// A body that yields its frames one by one, with no size hint.
+struct Frames(std::collections::VecDeque<Result<Frame<Bytes>, BoxError>>);
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.get_mut().0.pop_front())
+    }
+}
+
+fn chunks(n: u8) -> Frames {
+    Frames(
+        (0..n)
+            .map(|i| Ok(Frame::data(Bytes::from(vec![i; 10]))))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_not_stored_and_still_reaches_the_client_whole() {
+    let value = capture(Response::new(chunks(4)), 25).await;
+    assert!(Codec::<Captured<_>>::encode(&codec(), &value).is_err());
+    let all = value
+        .into_response()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let expected: Vec<u8> = (0..4).flat_map(|i| vec![i; 10]).collect();
+    assert_eq!(&all[..], &expected[..]);
+    // At the limit exactly, it is read whole and stored.
+    let value = capture(Response::new(chunks(4)), 40).await;
+    let bytes = Codec::<Captured<_>>::encode(&codec(), &value).unwrap();
+    assert_eq!(&bytes[5..], &expected[..]);
+}
+
+#[tokio::test]
+async fn a_body_known_to_be_over_the_limit_is_not_read_at_all() {
+    let response = Response::new(Full::new(Bytes::from(vec![7; 100])));
+    let value = capture(response, 99).await;
+    assert!(matches!(&value.body, CapturedBody::Overflow { read, .. } if read.is_empty()));
+    let all = value
+        .into_response()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(all.len(), 100);
+}
+
+#[tokio::test]
+async fn a_failing_body_is_not_stored_and_fails_for_the_client_after_its_bytes() {
+    let mut frames = chunks(2);
+    frames
+        .0
+        .push_back(Err("connection to the backend lost".into()));
+    let value = capture(Response::new(frames), 1000).await;
+    assert!(Codec::<Captured<_>>::encode(&codec(), &value).is_err());
+    let mut body = value.into_response().into_body();
+    let mut read = 0;
+    let error = loop {
+        match body.frame().await {
+            Some(Ok(frame)) => read += frame.into_data().unwrap().len(),
+            Some(Err(error)) => break error,
+            None => panic!("the failure was swallowed"),
+        }
+    };
+    assert_eq!(read, 20);
+    assert_eq!(error.to_string(), "connection to the backend lost");
+}
+
+#[tokio::test]
+async fn trailers_reach_the_first_caller() {
+    let mut frames = chunks(1);
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    frames.0.push_back(Ok(Frame::trailers(trailers)));
+    let value = capture(Response::new(frames), 1000).await;
+    let collected = value.into_response().into_body().collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+    assert_eq!(collected.to_bytes().len(), 10);
+}

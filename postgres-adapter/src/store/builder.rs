@@ -1,0 +1,142 @@
+//! [`PostgresStoreBuilder`]: the records table, the timeouts and the pool a
+//! [`PostgresStore`] runs on.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use super::{Counters, DEFAULT_COMMAND_TIMEOUT, Inner, PostgresStore};
+use crate::error::PostgresError;
+use crate::sql::Statements;
+use crate::table::TableName;
+
+/// Settings for [`PostgresStore`]; see [`PostgresStore::builder`].
+#[derive(Debug, Clone)]
+pub struct PostgresStoreBuilder {
+    table: TableName,
+    command_timeout: Duration,
+    statement_timeout: Option<Duration>,
+    max_connections: u32,
+    connect_timeout: Duration,
+    read_first: bool,
+}
+
+impl Default for PostgresStoreBuilder {
+    fn default() -> Self {
+        Self {
+            table: TableName::default(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            statement_timeout: None,
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(1),
+            read_first: true,
+        }
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The records table (default `idem_records`); see [`TableName`].
+    #[must_use]
+    pub fn table(mut self, table: TableName) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// How long one command may take, waiting for a connection included (default 1 s). A
+    /// command that takes longer fails with [`StoreError::Unavailable`](idem::StoreError::Unavailable), its connection is
+    /// closed, and the statement may still have run on the server. Zero is raised to one
+    /// millisecond.
+    #[must_use]
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The server-side `statement_timeout` of the connections this builder opens
+    /// ([`connect`](Self::connect), [`connect_lazy`](Self::connect_lazy); default: the
+    /// command timeout). The server cancels a statement that runs longer (a takeover
+    /// waiting for a row lock, a stalled disk), so that it does not go on after the caller
+    /// gave it up. A pool given to [`build`](Self::build) keeps its own settings.
+    #[must_use]
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The most connections a pool this builder opens holds (default 16).
+    #[must_use]
+    pub fn max_connections(mut self, connections: u32) -> Self {
+        self.max_connections = connections.max(1);
+        self
+    }
+
+    /// How long opening a connection may take (default 1 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Whether a reserve first reads the key with a plain primary-key `SELECT` (default
+    /// on). A live record (a replay, key reuse, an identical request in flight) is then
+    /// answered by that one read, as cheap as a bare `SELECT`; only a free or expired key
+    /// goes on to the reserve statement, one more statement on a fresh call. Off, every
+    /// reserve is the one reserve statement, which answers a live record as well but costs
+    /// the server more (it carries the `INSERT` it did not need). Either way the replies are
+    /// the record machine's.
+    #[must_use]
+    pub fn read_first(mut self, on: bool) -> Self {
+        self.read_first = on;
+        self
+    }
+
+    /// A store on `pool`, whose connections keep their own settings. The table must exist
+    /// ([`PostgresStore::migrate`]).
+    pub fn build(self, pool: PgPool) -> PostgresStore {
+        PostgresStore {
+            inner: Arc::new(Inner {
+                sql: Statements::new(&self.table),
+                table: self.table,
+                pool,
+                command_timeout: self.command_timeout,
+                read_first: self.read_first,
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// Connects to the database at `url` (`postgres://user@host:port/db`), opening one
+    /// connection now, so that a wrong URL or an unreachable server shows at start-up.
+    pub async fn connect(self, url: &str) -> Result<PostgresStore, PostgresError> {
+        let (options, pool) = self.pool_options(url)?;
+        let pool = pool
+            .connect_with(options)
+            .await
+            .map_err(PostgresError::Database)?;
+        Ok(self.build(pool))
+    }
+
+    /// As [`connect`](Self::connect), but connects on the first command, so that a service
+    /// can start while the database is down: its calls then fail open or closed as
+    /// configured, and succeed once the server is up. Only a malformed URL is refused.
+    /// Must be called inside a tokio runtime.
+    pub fn connect_lazy(self, url: &str) -> Result<PostgresStore, PostgresError> {
+        let (options, pool) = self.pool_options(url)?;
+        let pool = pool.connect_lazy_with(options);
+        Ok(self.build(pool))
+    }
+
+    fn pool_options(&self, url: &str) -> Result<(PgConnectOptions, PgPoolOptions), PostgresError> {
+        let timeout = self.statement_timeout.unwrap_or(self.command_timeout);
+        let options = PgConnectOptions::from_str(url)
+            .map_err(PostgresError::Config)?
+            .options([("statement_timeout", timeout.as_millis().to_string())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout);
+        Ok((options, pool))
+    }
+}

@@ -1,0 +1,185 @@
+//! One record command as its statement: on a connection of the pool within the command
+//! timeout, or on a caller's transaction; run again while the row changed under it, and
+//! counted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use idem::{BoxError, StoreError};
+use idem_core::record::{Command, Reply};
+use idem_core::{Key, Operation, Timestamp};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, PgConnection, Postgres};
+use tokio::time::Instant;
+
+use super::{MAX_DURATION_MS, MAX_RACES, PostgresStore};
+use crate::error::{CommandTimeout, failed};
+use crate::row::{Answer, Refused, result_columns};
+
+impl PostgresStore {
+    /// Applies `command` as [`Store::apply`](idem::Store::apply) does, and also returns the server instant the
+    /// statement judged by (for a test to step the record machine at the same instant).
+    pub async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let counters = &self.inner.counters;
+        counters.commands.fetch_add(1, Ordering::Relaxed);
+        let result = self.on_pool(operation, key, &command).await;
+        self.count(result)
+    }
+
+    pub(crate) fn count<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let counters = &self.inner.counters;
+        match &result {
+            Ok(_) => {}
+            Err(StoreError::Corrupt { .. }) => {
+                counters.corrupt.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                counters.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    /// Runs `command` on a connection of the pool, within the command timeout.
+    async fn on_pool(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let timeout = self.inner.command_timeout;
+        let deadline = Instant::now() + timeout;
+        let late = || StoreError::unavailable(command, CommandTimeout(timeout));
+        let mut conn = match tokio::time::timeout_at(deadline, self.inner.pool.acquire()).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(error)) => return Err(StoreError::unavailable(command, failed(error))),
+            Err(_) => return Err(late()),
+        };
+        let applied = self.apply_on(&mut conn, operation, key, command);
+        match tokio::time::timeout_at(deadline, applied).await {
+            Ok(result) => result,
+            Err(_) => {
+                // The statement may still be running: never hand this connection out again.
+                conn.close_on_drop();
+                Err(late())
+            }
+        }
+    }
+
+    /// Runs `command` on `conn` (a connection of the pool, or a caller's transaction): its
+    /// one statement, again while it reports `raced`.
+    pub(crate) async fn apply_on(
+        &self,
+        conn: &mut PgConnection,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let counters = &self.inner.counters;
+        let unavailable = |source: BoxError| StoreError::unavailable(command, source);
+        let mut peek = self.inner.read_first && matches!(command, Command::Reserve { .. });
+        for _ in 0..MAX_RACES {
+            counters.statements.fetch_add(1, Ordering::Relaxed);
+            let row = self
+                .statement(operation, key, command, peek)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|error| unavailable(failed(error)))?;
+            let answer = Answer::from_row(&row).map_err(|error| unavailable(Box::new(error)))?;
+            let reply = match command {
+                Command::Reserve { owner, .. } => answer.reserve(*owner),
+                Command::Complete { .. } => answer.complete(),
+                Command::Renew { owner, .. } => answer.renew(*owner),
+                Command::Release { .. } => answer.release(),
+                Command::Read => answer.read(),
+            };
+            match reply {
+                Ok(reply) => return Ok((reply, answer.now)),
+                Err(Refused::Free) if peek => peek = false,
+                Err(Refused::Raced) => {
+                    counters.raced.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Refused::Corrupt(detail)) => {
+                    return Err(StoreError::Corrupt {
+                        key: self.describe(operation, key),
+                        detail,
+                    });
+                }
+                Err(Refused::Free) => {
+                    return Err(unavailable("a write statement answered `free`".into()));
+                }
+                Err(Refused::Unexpected(detail)) => return Err(unavailable(detail.into())),
+            }
+        }
+        Err(unavailable(
+            format!("the row changed under {MAX_RACES} statements in a row").into(),
+        ))
+    }
+
+    /// How a record is named in errors and logs: the table, the operation and the key.
+    fn describe(&self, operation: &Operation, key: &Key) -> String {
+        format!("{} ({operation}, {key})", self.inner.table)
+    }
+
+    fn statement<'q>(
+        &self,
+        operation: &'q Operation,
+        key: &'q Key,
+        command: &'q Command,
+        peek: bool,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let sql = &self.inner.sql;
+        let query = |sql: &Arc<str>| {
+            sqlx::query(AssertSqlSafe(Arc::clone(sql)))
+                .bind(operation.as_str())
+                .bind(key.as_str())
+        };
+        match command {
+            Command::Reserve {
+                owner, fingerprint, ..
+            } if peek => query(&sql.peek)
+                .bind(owner.to_bytes().to_vec())
+                .bind(fingerprint.to_bytes().to_vec()),
+            Command::Reserve {
+                owner,
+                fingerprint,
+                lease,
+            } => query(&sql.reserve)
+                .bind(owner.to_bytes().to_vec())
+                .bind(fingerprint.to_bytes().to_vec())
+                .bind(millis(*lease)),
+            Command::Complete {
+                owner,
+                fingerprint,
+                result,
+                retention,
+            } => {
+                let (state, body) = result_columns(result);
+                query(&sql.complete)
+                    .bind(owner.to_bytes().to_vec())
+                    .bind(fingerprint.to_bytes().to_vec())
+                    .bind(state)
+                    .bind(body)
+                    .bind(millis(*retention))
+            }
+            Command::Renew { owner, lease } => query(&sql.renew)
+                .bind(owner.to_bytes().to_vec())
+                .bind(millis(*lease)),
+            Command::Release { owner } => query(&sql.release).bind(owner.to_bytes().to_vec()),
+            Command::Read => query(&sql.read),
+        }
+    }
+}
+
+/// A duration in whole milliseconds, at most [`MAX_DURATION_MS`].
+fn millis(duration: Duration) -> i64 {
+    let ms = duration.as_millis().min(u128::from(MAX_DURATION_MS));
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
