@@ -54,7 +54,7 @@ pub struct RedisStoreBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     watch: bool,
-    claim: bool,
+    fast_reserve: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -64,7 +64,7 @@ impl Default for RedisStoreBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             watch: true,
-            claim: true,
+            fast_reserve: true,
         }
     }
 }
@@ -115,19 +115,19 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Whether a reserve is first tried as one plain command, `SET key <claim> NX PX
-    /// <lease-1> GET` (default on; see [`crate::claim`]). It answers a fresh key, a
+    /// Whether a reserve is first tried as one plain command, `SET key <reservation> NX PX
+    /// <lease-1> GET` (default on; see [`crate::fast_reserve`]). It answers a fresh key, a
     /// replay, key reuse and a waiter's repeated reserve without a script, and hands the
     /// rest to the reserve script, at the cost of a second request. Off, every reserve is
-    /// the script. A grant made by the claim reports no lease end
+    /// the script. A grant made by the fast reserve reports no lease end
     /// ([`idem_core::Reservation::lease_until`] is `None`).
     ///
-    /// The claim is a record state (5) that a store from before this option existed reads
+    /// The fast reserve is a record state (5) that a store from before this option existed reads
     /// as corrupt: while such stores share a server with this one, turn the option off, and
     /// on once every instance runs a version that has it.
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
-        self.claim = on;
+        self.fast_reserve = on;
         self
     }
 
@@ -242,7 +242,7 @@ impl RedisStoreBuilder {
                 watch,
                 layout: self.layout,
                 command_timeout: self.command_timeout,
-                claim: self.claim,
+                fast_reserve: self.fast_reserve,
                 scripts: Scripts::new(),
                 counters: Counters::default(),
             }),
