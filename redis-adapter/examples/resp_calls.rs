@@ -37,7 +37,7 @@ fn main() -> io::Result<()> {
     let owner = OwnerToken::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
     let fingerprint = Fingerprint::of_bytes(b"{\"amount\":100}");
     let (owner_bytes, fingerprint_bytes) = (owner.to_bytes(), fingerprint.to_bytes());
-    let claim = codec::encode_claim(owner, fingerprint);
+    let reservation = codec::encode_bare_reservation(owner, fingerprint);
     let complete = scripts::source("complete").unwrap_or_default();
     let sha = redis::Script::new(&complete).get_hash().to_owned();
     let reserve_script = scripts::source("reserve").unwrap_or_default();
@@ -51,7 +51,7 @@ fn main() -> io::Result<()> {
             &[
                 b"SET",
                 key.as_bytes(),
-                &claim,
+                &reservation,
                 b"NX",
                 b"PX",
                 b"29999",

@@ -6,12 +6,12 @@
 //!      2     1  version (1)
 //!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
 //!               4 pending with a waiter told about it (its complete or release is announced),
-//!               5 a claim: pending, its lease end kept in the key's expiry,
+//!               5 a bare reservation: pending, its lease end kept in the key's expiry,
 //!               6 completed as "outcome unknown" (the action panicked), without a body
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
 //!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
-//!               pending record, the retention end of a completed one; zero in a claim
+//!               pending record, the retention end of a completed one; zero in a bare reservation
 //!     60     …  the body (state 3 only; may be empty)
 //! ```
 //!
@@ -20,12 +20,12 @@
 //! machine treats a record as gone once `now` reaches the deadline, so a key exists exactly
 //! while its record is live.
 //!
-//! A claim (state 5) is what the single-command reserve writes (`SET key claim NX PX
+//! A bare reservation (state 5) is what the single-command reserve writes (`SET key reservation NX PX
 //! lease-1 GET`): the client does not know the server's clock, so the lease end is the key's
-//! expiry plus one millisecond (`PEXPIRETIME`), which the scripts read when they load a claim.
-//! [`decode`] cannot see the key's expiry and refuses a claim
+//! expiry plus one millisecond (`PEXPIRETIME`), which the scripts read when they load a bare reservation.
+//! [`decode`] cannot see the key's expiry and refuses a bare reservation
 //! ([`DecodeError::LeaseInKeyExpiry`]); the read script fills the lease end in and returns it
-//! as a pending record (state 1). [`decode_stored`] tells a claim from a record.
+//! as a pending record (state 1). [`decode_stored`] tells a bare reservation from a record.
 //!
 //! The Lua scripts ([`crate::scripts`]) read and write exactly this layout; this module is
 //! its Rust half, used to decode what a read returns and by tests that plant records. A value
@@ -56,7 +56,7 @@ const STATE_PENDING: u8 = 1;
 const STATE_COMPLETED_NO_BODY: u8 = 2;
 const STATE_COMPLETED: u8 = 3;
 const STATE_PENDING_WATCHED: u8 = 4;
-const STATE_CLAIM: u8 = 5;
+const STATE_BARE_RESERVATION: u8 = 5;
 const STATE_COMPLETED_PANICKED: u8 = 6;
 
 /// Why bytes under a key are not a record this adapter wrote.
@@ -87,16 +87,16 @@ pub enum DecodeError {
     /// A deadline past [`MAX_DEADLINE_MS`].
     #[error("deadline {0} ms is past the largest this adapter writes")]
     DeadlineOutOfRange(u64),
-    /// A claim (state 5) with a deadline field that is not zero.
-    #[error("a claim carries a deadline; its lease end belongs in the key's expiry")]
-    ClaimWithDeadline,
-    /// A claim (state 5): a pending record whose lease end is the key's expiry, which the
+    /// A bare reservation (state 5) with a deadline field that is not zero.
+    #[error("a bare reservation carries a deadline; its lease end belongs in the key's expiry")]
+    BareReservationWithDeadline,
+    /// A bare reservation (state 5): a pending record whose lease end is the key's expiry, which the
     /// bytes alone do not hold. Use [`decode_stored`], or read it with the read script.
-    #[error("a claim keeps its lease end in the key's expiry, not in its bytes")]
+    #[error("a bare reservation keeps its lease end in the key's expiry, not in its bytes")]
     LeaseInKeyExpiry,
 }
 
-/// What a value written by this adapter holds: a record, or a claim whose lease end is the
+/// What a value written by this adapter holds: a record, or a bare reservation whose lease end is the
 /// key's expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {
@@ -110,7 +110,7 @@ pub enum Stored {
     },
     /// A pending record written by the single-command reserve: its lease end is the key's
     /// expiry plus one millisecond; it has no waiter mark.
-    Claim {
+    BareReservation {
         /// The holder.
         owner: OwnerToken,
         /// The request it holds the key for.
@@ -123,17 +123,17 @@ impl Stored {
     pub fn fingerprint(&self) -> Fingerprint {
         match self {
             Stored::Record { record, .. } => record.fingerprint(),
-            Stored::Claim { fingerprint, .. } => *fingerprint,
+            Stored::BareReservation { fingerprint, .. } => *fingerprint,
         }
     }
 }
 
-/// The value of a claim: `owner` holds the key for `fingerprint`, until the key expires.
-pub fn encode_claim(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
+/// The value of a bare reservation: `owner` holds the key for `fingerprint`, until the key expires.
+pub fn encode_bare_reservation(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
-    out.push(STATE_CLAIM);
+    out.push(STATE_BARE_RESERVATION);
     out.extend_from_slice(&owner.to_bytes());
     out.extend_from_slice(&fingerprint.to_bytes());
     out.extend_from_slice(&[0; 8]);
@@ -164,16 +164,16 @@ pub fn encode(record: &Record) -> Vec<u8> {
     out
 }
 
-/// Decodes a version-1 record, or says why `bytes` are not one. A claim is refused with
+/// Decodes a version-1 record, or says why `bytes` are not one. A bare reservation is refused with
 /// [`DecodeError::LeaseInKeyExpiry`]: its lease end is not in its bytes.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match decode_stored(bytes)? {
         Stored::Record { record, .. } => Ok(record),
-        Stored::Claim { .. } => Err(DecodeError::LeaseInKeyExpiry),
+        Stored::BareReservation { .. } => Err(DecodeError::LeaseInKeyExpiry),
     }
 }
 
-/// Decodes a version-1 value, a record or a claim, or says why `bytes` are not one.
+/// Decodes a version-1 value, a record or a bare reservation, or says why `bytes` are not one.
 pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
     let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort { len: bytes.len() });
@@ -192,12 +192,12 @@ pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
     let owner = OwnerToken::from_bytes(owner);
     let fingerprint = Fingerprint::from_bytes(fingerprint);
     let deadline = u64::from_be_bytes(deadline);
-    if state == STATE_CLAIM {
+    if state == STATE_BARE_RESERVATION {
         no_trailing(body, bytes)?;
         if deadline != 0 {
-            return Err(DecodeError::ClaimWithDeadline);
+            return Err(DecodeError::BareReservationWithDeadline);
         }
-        return Ok(Stored::Claim { owner, fingerprint });
+        return Ok(Stored::BareReservation { owner, fingerprint });
     }
     if deadline > MAX_DEADLINE_MS {
         return Err(DecodeError::DeadlineOutOfRange(deadline));
@@ -377,21 +377,24 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_is_a_header_whose_lease_end_is_the_keys_expiry() {
+    fn a_bare_reservation_is_a_header_whose_lease_end_is_the_keys_expiry() {
         let owner = OwnerToken::from_u128(9);
         let fingerprint = Fingerprint::of_bytes(b"charge");
-        let bytes = encode_claim(owner, fingerprint);
+        let bytes = encode_bare_reservation(owner, fingerprint);
         assert_eq!(bytes.len(), HEADER_LEN);
         assert_eq!(&bytes[..4], b"id\x01\x05");
         assert_eq!(&bytes[52..], &[0; 8]);
         assert_eq!(
             decode_stored(&bytes),
-            Ok(Stored::Claim { owner, fingerprint })
+            Ok(Stored::BareReservation { owner, fingerprint })
         );
         assert_eq!(decode(&bytes), Err(DecodeError::LeaseInKeyExpiry));
         let mut dated = bytes.clone();
         dated[59] = 1;
-        assert_eq!(decode_stored(&dated), Err(DecodeError::ClaimWithDeadline));
+        assert_eq!(
+            decode_stored(&dated),
+            Err(DecodeError::BareReservationWithDeadline)
+        );
         let mut long = bytes;
         long.push(0);
         assert_eq!(

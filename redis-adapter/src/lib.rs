@@ -7,7 +7,7 @@
 //!
 //! - [`layout`]: the Redis key of a record, `{prefix}{operation}:{key}` (default prefix
 //!   `idem:`), injective for a fixed prefix.
-//! - [`claim`]: the single-command reserve, `SET … NX … GET`, which answers a fresh key,
+//! - [`fast_reserve`]: the single-command reserve, `SET … NX … GET`, which answers a fresh key,
 //!   a replay and key reuse without a script.
 //! - [`codec`]: the compact, versioned record encoding (60 bytes plus the body).
 //! - [`scripts`]: the Lua scripts, one per command, each on one key and judged by the
@@ -46,8 +46,8 @@
 //! What Redis guarantees and what it does not (a restart without persistence, asynchronous
 //! replication and failover) is in MODEL.md, section "Redis".
 
-pub mod claim;
 pub mod codec;
+pub mod fast_reserve;
 pub mod layout;
 pub mod notices;
 pub mod scripts;
@@ -57,6 +57,6 @@ pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout};
 pub use store::{
     CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_NOTICE_HEALTH_CHECK, MAX_CLAIM_LEASE_MS, RedisStore, RedisStoreBuilder, StoreStats,
-    UnexpectedReply,
+    DEFAULT_NOTICE_HEALTH_CHECK, MAX_FAST_RESERVE_LEASE_MS, RedisStore, RedisStoreBuilder,
+    StoreStats, UnexpectedReply,
 };

@@ -16,7 +16,7 @@
 //! - writes with `SET … PXAT deadline-1`, so Redis drops a record by itself exactly when the
 //!   record machine would treat it as gone (Redis keeps a key while its clock is at or
 //!   before the expiry; see [`crate::codec`]);
-//! - reads the lease end of a claim (state 5, written by the single-command reserve) from
+//! - reads the lease end of a bare reservation (state 5, written by the single-command reserve) from
 //!   the key's expiry: `PEXPIRETIME + 1`;
 //! - checks the owner token itself for complete, renew and release (`I2`);
 //! - when given a publish command (`PUBLISH` on a standalone server, `SPUBLISH` on a
@@ -59,7 +59,7 @@ const RENEW: &str = include_str!("scripts/renew.lua");
 /// ARGV: owner, the command that publishes a notice ('' for none), as for the complete.
 const RELEASE: &str = include_str!("scripts/release.lua");
 
-/// No ARGV. A claim is returned as the pending record it is, its lease end filled in.
+/// No ARGV. A bare reservation is returned as the pending record it is, its lease end filled in.
 const READ: &str = include_str!("scripts/read.lua");
 
 /// The Lua source of the script for `command` (`reserve`, `complete`, `renew`, `release`

@@ -4,7 +4,7 @@
 //!
 //! The checker is shown to catch bugs: the deliberately broken stores of `idem_check`'s
 //! catalogue that can be played in front of the real store (each owner check forgotten, the
-//! fingerprint check forgotten, a panic recorded as a result not stored), and a claim whose
+//! fingerprint check forgotten, a panic recorded as a result not stored), and a bare reservation whose
 //! key outlives its lease, built here in the harness around the real store, must each be
 //! caught.
 
@@ -14,7 +14,7 @@ use idem_check::Variant;
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{Claiming, check};
+use support::differential::{FastReserving, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -37,14 +37,14 @@ fn redis_agrees_with_the_record_machine() {
 }
 
 /// A store built by `builder` on `server`, its reserves taking the single-command path.
-fn claiming(
+fn fast_reserving(
     runtime: &tokio::runtime::Runtime,
     server: &RedisServer,
     builder: idem_redis::RedisStoreBuilder,
-) -> Claiming {
+) -> FastReserving {
     runtime.block_on(async {
         let store = builder.connect(&server.url()).await.unwrap();
-        Claiming::new(store, server.conn().await)
+        FastReserving::new(store, server.conn().await)
     })
 }
 
@@ -52,33 +52,33 @@ fn claiming(
 fn the_single_command_reserve_agrees_with_the_record_machine() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let claiming = claiming(&runtime, &server, RedisStore::builder());
-    if let Err(failure) = check(&runtime, &claiming, 200) {
+    let fast_reserving = fast_reserving(&runtime, &server, RedisStore::builder());
+    if let Err(failure) = check(&runtime, &fast_reserving, 200) {
         panic!("{failure}");
     }
-    let stats = claiming.store.stats();
+    let stats = fast_reserving.store.stats();
     assert_eq!(stats.unavailable + stats.corrupt, 0);
 }
 
-/// Without change notices nobody marks a record, so a waiter's claim answers "in flight"
+/// Without change notices nobody marks a record, so a waiter's fast reserve answers "in flight"
 /// itself from a record's bytes.
 #[test]
 fn the_single_command_reserve_agrees_without_change_notices() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let claiming = claiming(&runtime, &server, RedisStore::builder().watch(false));
-    if let Err(failure) = check(&runtime, &claiming, 200) {
+    let fast_reserving = fast_reserving(&runtime, &server, RedisStore::builder().watch(false));
+    if let Err(failure) = check(&runtime, &fast_reserving, 200) {
         panic!("{failure}");
     }
 }
 
 #[test]
-fn the_checker_catches_a_claim_that_outlives_its_lease() {
+fn the_checker_catches_a_fast_reserve_that_outlives_its_lease() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let broken = Claiming {
+    let broken = FastReserving {
         outlives_lease: true,
-        ..claiming(&runtime, &server, RedisStore::builder())
+        ..fast_reserving(&runtime, &server, RedisStore::builder())
     };
     let failure = check(&runtime, &broken, 256).expect_err("must be caught");
     assert!(failure.contains("lease"), "{failure}");

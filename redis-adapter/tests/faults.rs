@@ -247,11 +247,11 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    // The reserve was the single-command claim, whose lease end is the key's expiry.
+    // The reserve was the fast reserve, whose lease end is the key's expiry.
     let owner = OwnerToken::from_u128(2);
     assert!(
-        matches!(codec::decode_stored(&raw), Ok(codec::Stored::Claim { owner: o, .. }) if o == owner),
-        "a claim of the stalled caller"
+        matches!(codec::decode_stored(&raw), Ok(codec::Stored::BareReservation { owner: o, .. }) if o == owner),
+        "a bare reservation of the stalled caller"
     );
     let retry = Command::Reserve {
         owner,

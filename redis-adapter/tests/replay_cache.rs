@@ -28,10 +28,10 @@ fn bounds(flaw: Option<CacheFlaw>) -> ReplayCacheConfig {
 }
 
 /// A store whose reserves all run the script (which reads the server's clock), or, with
-/// `claim`, try the single-command reserve first (the default).
-async fn store(server: &RedisServer, claim: bool) -> RedisStore {
+/// `fast_reserve`, try the single-command reserve first (the default).
+async fn store(server: &RedisServer, fast_reserve: bool) -> RedisStore {
     RedisStore::builder()
-        .single_command_reserve(claim)
+        .single_command_reserve(fast_reserve)
         .connect(&server.url())
         .await
         .unwrap()

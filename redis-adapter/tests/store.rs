@@ -172,7 +172,7 @@ async fn a_key_through_its_life() {
         store.apply(&op("order.cancel"), &k, reserve(4, b"a")).await,
         Ok(Reply::Reserved(_))
     ));
-    // One request each, except the first "in flight", which the claim hands to the script
+    // One request each, except the first "in flight", which the fast reserve hands to the script
     // to mark the record for the waiter.
     assert_eq!(store.stats().commands, 17);
 
@@ -366,7 +366,7 @@ async fn time_is_the_servers() {
 
 /// Redis holds a key exactly while its record is live: the key expires one millisecond
 /// before the record's deadline (Redis keeps a key while its clock is at or before the
-/// expiry; the record machine drops a record once `now` reaches the deadline). A claim's
+/// expiry; the record machine drops a record once `now` reaches the deadline). A bare reservation's
 /// lease end is its key's expiry plus one.
 #[tokio::test]
 async fn keys_expire_exactly_when_their_records_do() {
@@ -394,7 +394,7 @@ async fn keys_expire_exactly_when_their_records_do() {
         record
     };
 
-    // A claim: the single-command reserve.
+    // A bare reservation: the single-command reserve.
     let before = server_now(&mut conn).await;
     let granted = store.apply(&o, &k, reserve(1, b"a")).await.unwrap();
     let after = server_now(&mut conn).await;
@@ -405,12 +405,12 @@ async fn keys_expire_exactly_when_their_records_do() {
             lease_until: None
         })
     );
-    let claim_expiry = expiry(&mut conn).await;
+    let reserve_expiry = expiry(&mut conn).await;
     let lease_ms = 30_000;
-    assert!((before + lease_ms - 1..=after + lease_ms - 1).contains(&claim_expiry));
+    assert!((before + lease_ms - 1..=after + lease_ms - 1).contains(&reserve_expiry));
     assert_eq!(
         read().await.expires_at(),
-        Timestamp::from_millis(claim_expiry + 1)
+        Timestamp::from_millis(reserve_expiry + 1)
     );
 
     // A script's write: a renew, then a complete.
@@ -454,10 +454,10 @@ async fn a_server_out_of_memory_still_replays() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    // The claim itself is refused.
+    // The fast reserve itself is refused.
     let refused: redis::RedisResult<redis::Value> = redis::cmd("SET")
         .arg(store.layout().record_key(&o, &k))
-        .arg(codec::encode_claim(
+        .arg(codec::encode_bare_reservation(
             OwnerToken::from_u128(2),
             Fingerprint::of_bytes(b"a"),
         ))
@@ -484,7 +484,7 @@ async fn a_server_out_of_memory_still_replays() {
 }
 
 /// A lease too long for the single-command reserve goes to the script, which caps its
-/// end at the largest deadline a record holds; the longest the claim takes ends below it.
+/// end at the largest deadline a record holds; the longest the fast reserve takes ends below it.
 #[tokio::test]
 async fn the_longest_leases_stay_readable() {
     let server = RedisServer::start();
@@ -493,7 +493,7 @@ async fn the_longest_leases_stay_readable() {
     for (name, lease_ms) in [
         ("k1", u64::MAX),
         ("k2", codec::MAX_DEADLINE_MS),
-        ("k3", idem_redis::MAX_CLAIM_LEASE_MS),
+        ("k3", idem_redis::MAX_FAST_RESERVE_LEASE_MS),
     ] {
         let k = key(name);
         let command = Command::Reserve {
@@ -554,15 +554,15 @@ async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: 
             bytes.push(b'!');
             conn.set(redis_key, bytes).await.unwrap()
         }
-        // Claims of another owner, so that the single-command reserve hands them to the
+        // Bare reservations of another owner, so that the single-command reserve hands them to the
         // script, whose check they fail.
-        "claim with a deadline" => {
+        "bare reservation with a deadline" => {
             let mut bytes = foreign_claim();
             bytes[59] = 1;
             conn.set(redis_key, bytes).await.unwrap()
         }
-        "claim without an expiry" => conn.set(redis_key, foreign_claim()).await.unwrap(),
-        "claim expiring past the limit" => redis::cmd("SET")
+        "bare reservation without an expiry" => conn.set(redis_key, foreign_claim()).await.unwrap(),
+        "bare reservation expiring past the limit" => redis::cmd("SET")
             .arg(redis_key)
             .arg(foreign_claim())
             .arg("PXAT")
@@ -575,7 +575,7 @@ async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: 
 }
 
 fn foreign_claim() -> Vec<u8> {
-    codec::encode_claim(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"))
+    codec::encode_bare_reservation(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"))
 }
 
 const FOREIGN: [&str; 13] = [
@@ -589,9 +589,9 @@ const FOREIGN: [&str; 13] = [
     "unknown state",
     "truncated",
     "trailing bytes",
-    "claim with a deadline",
-    "claim without an expiry",
-    "claim expiring past the limit",
+    "bare reservation with a deadline",
+    "bare reservation without an expiry",
+    "bare reservation expiring past the limit",
 ];
 
 #[tokio::test]

@@ -65,9 +65,9 @@ async fn the_bench_counts_two_requests_per_fresh_call_and_one_per_replay() {
             assert_eq!(phase(name).load.errors, 0, "{name} at {concurrency} failed");
         }
         // Round trips are counted, not timed: exact. The store counts what it sends; the
-        // server what it executed for it: a fresh call is the claim `SET` and the complete
+        // server what it executed for it: a fresh call is the fast reserve's `SET` and the complete
         // script (`EVALSHA`, and inside it `TIME`, `GET`, `PEXPIRETIME`, `SET`); a replay
-        // the claim `SET` alone.
+        // the fast reserve's `SET` alone.
         assert_eq!(phase("ping").requests_per_call(), 1.0);
         assert_eq!(phase("fresh").requests_per_call(), 2.0);
         assert_eq!(phase("replay").requests_per_call(), 1.0);

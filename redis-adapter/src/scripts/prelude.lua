@@ -29,22 +29,22 @@ local function load(key)
     return false, 'unknown record state ' .. state
   end
   -- State 4 is a pending record that a waiter was told about: its complete or release is
-  -- announced. State 5 is a claim: pending, its lease end the key's expiry. Both are
+  -- announced. State 5 is a bare reservation: pending, its lease end the key's expiry. Both are
   -- pending (state 1) below. States 2, 3 and 6 are completed (6: the action panicked,
   -- replayed as 'U'); every script but reserve treats them alike (state ~= 1), and only
   -- state 3 carries a body.
   local watched = state == 4
-  local claim = state == 5
-  if watched or claim then state = 1 end
+  local bare = state == 5
+  if watched or bare then state = 1 end
   if state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
   local high, low = struct.unpack('>I4I4', raw, 53)
   local deadline = high * TWO_32 + low
-  if claim then
-    if deadline ~= 0 then return false, 'a claim with a deadline' end
+  if bare then
+    if deadline ~= 0 then return false, 'a bare reservation with a deadline' end
     local expiry = redis.call('PEXPIRETIME', key)
-    if expiry < 0 then return false, 'a claim without an expiry' end
+    if expiry < 0 then return false, 'a bare reservation without an expiry' end
     deadline = expiry + 1
   end
   if deadline > MAX_MS then return false, 'deadline out of range' end
@@ -54,7 +54,7 @@ local function load(key)
     fp = string.sub(raw, 21, 52),
     deadline = deadline,
     watched = watched,
-    claim = claim,
+    bare = bare,
     raw = raw,
   }
   if state == 3 then rec.body = string.sub(raw, HEADER + 1) end

@@ -59,7 +59,7 @@ pub struct RedisStoreBuilder {
     reply_timeout: Duration,
     health_check: Duration,
     watch: bool,
-    claim: bool,
+    fast_reserve: bool,
 }
 
 impl Default for RedisStoreBuilder {
@@ -71,7 +71,7 @@ impl Default for RedisStoreBuilder {
             reply_timeout: idem_core::Options::default().reply_timeout(),
             health_check: DEFAULT_NOTICE_HEALTH_CHECK,
             watch: true,
-            claim: true,
+            fast_reserve: true,
         }
     }
 }
@@ -144,19 +144,19 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Whether a reserve is first tried as one plain command, `SET key <claim> NX PX
-    /// <lease-1> GET` (default on; see [`crate::claim`]). It answers a fresh key, a
+    /// Whether a reserve is first tried as one plain command, `SET key <reservation> NX PX
+    /// <lease-1> GET` (default on; see [`crate::fast_reserve`]). It answers a fresh key, a
     /// replay, key reuse and a waiter's repeated reserve without a script, and hands the
     /// rest to the reserve script, at the cost of a second request. Off, every reserve is
-    /// the script. A grant made by the claim reports no lease end
+    /// the script. A grant made by the fast reserve reports no lease end
     /// ([`idem_core::Reservation::lease_until`] is `None`).
     ///
-    /// The claim is a record state (5) that a store from before this option existed reads
+    /// The fast reserve is a record state (5) that a store from before this option existed reads
     /// as corrupt: while such stores share a server with this one, turn the option off, and
     /// on once every instance runs a version that has it.
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
-        self.claim = on;
+        self.fast_reserve = on;
         self
     }
 
@@ -323,7 +323,7 @@ impl RedisStoreBuilder {
                 notices,
                 layout: self.layout,
                 command_timeout: self.command_timeout,
-                claim: self.claim,
+                fast_reserve: self.fast_reserve,
                 scripts: Scripts::new(),
                 counters: Counters::default(),
             }),

@@ -2,14 +2,14 @@
 //!
 //! - [`builder`]: the settings, and connecting to a server or a Cluster;
 //! - [`connection`]: the connection commands go out on, and the backstop timeout;
-//! - [`claim`]: a reserve tried as the single command `SET … NX … GET`;
+//! - [`fast_reserve`]: a reserve tried as the single command `SET … NX … GET`;
 //! - [`script`]: every other command as its Lua script;
 //! - [`reply`]: a script's reply read as the record machine's;
 //! - [`stats`]: what the store counts.
 
 mod builder;
-mod claim;
 mod connection;
+mod fast_reserve;
 mod pending;
 mod reply;
 mod script;
@@ -31,8 +31,8 @@ pub use self::builder::{
     ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NOTICE_HEALTH_CHECK,
     RedisStoreBuilder,
 };
-pub use self::claim::MAX_CLAIM_LEASE_MS;
 pub use self::connection::CommandTimeout;
+pub use self::fast_reserve::MAX_FAST_RESERVE_LEASE_MS;
 pub use self::reply::UnexpectedReply;
 pub use self::stats::StoreStats;
 
@@ -43,7 +43,7 @@ use self::stats::Counters;
 ///
 /// Every command is one Lua script on one key ([`crate::scripts`]), judged by the server's
 /// clock, except that a reserve is first tried as one plain `SET … NX … GET`
-/// ([`crate::claim`]); records are laid out as in [`crate::codec`] under the keys of
+/// ([`crate::fast_reserve`]); records are laid out as in [`crate::codec`] under the keys of
 /// [`crate::layout`]. Cheap to clone: clones share one connection.
 ///
 /// Every failure whose effect is unknown (a timeout, a dropped connection, a server error
@@ -60,7 +60,7 @@ struct Inner {
     notices: Option<Notices>,
     layout: KeyLayout,
     command_timeout: Duration,
-    claim: bool,
+    fast_reserve: bool,
     scripts: Scripts,
     counters: Counters,
 }
@@ -75,7 +75,7 @@ impl fmt::Debug for Inner {
                 "notices",
                 &self.notices.as_ref().map(Notices::publish_command),
             )
-            .field("single_command_reserve", &self.claim)
+            .field("single_command_reserve", &self.fast_reserve)
             .finish_non_exhaustive()
     }
 }
@@ -124,8 +124,9 @@ impl Store for RedisStore {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        if let Some(lease_ms) = self.claim_lease(&command)
-            && let Some(reply) = self.count(self.claim(operation, key, &command, lease_ms).await)?
+        if let Some(lease_ms) = self.fast_reserve_lease(&command)
+            && let Some(reply) =
+                self.count(self.fast_reserve(operation, key, &command, lease_ms).await)?
         {
             return Ok(reply);
         }

@@ -9,7 +9,7 @@ use super::connection::Connection;
 use crate::codec::{self, Stored};
 
 impl RedisStore {
-    /// Whether `redis_key` holds a pending record (a claim, or a pending record with or
+    /// Whether `redis_key` holds a pending record (a bare reservation, or a pending record with or
     /// without a waiter's mark). One `GET`: Redis drops a record's key when its deadline
     /// passes, so a key that exists holds a live record. Anything else (absent, completed,
     /// a value this adapter did not write, no answer) is "not pending", which wakes the
@@ -30,7 +30,7 @@ impl RedisStore {
         match reply {
             Ok(Ok(Value::BulkString(bytes))) => matches!(
                 codec::decode_stored(&bytes),
-                Ok(Stored::Claim { .. }
+                Ok(Stored::BareReservation { .. }
                     | Stored::Record {
                         record: Record::Pending { .. },
                         ..

@@ -95,17 +95,17 @@ impl TimedStore for RedisStore {
 /// single-command path; `conn` reads the server's clock around each of them. A reserve
 /// whose reply carries a lease end, or changes nothing, is placed exactly by the model's
 /// agreement within the window.
-pub struct Claiming<C = redis::aio::MultiplexedConnection> {
+pub struct FastReserving<C = redis::aio::MultiplexedConnection> {
     pub store: RedisStore,
     /// A plain connection to the server (or, on a Cluster, one that routes by key).
     pub conn: C,
-    /// Broken on purpose when set: the harness claims a free key itself with `SET … NX PX
+    /// Broken on purpose when set: the harness reserves a free key itself with `SET … NX PX
     /// lease` (the store sends `lease-1`), so the key outlives the lease by a millisecond;
     /// anything else goes to the store's scripts.
     pub outlives_lease: bool,
 }
 
-impl<C: Connection> Claiming<C> {
+impl<C: Connection> FastReserving<C> {
     pub fn new(store: RedisStore, conn: C) -> Self {
         Self {
             store,
@@ -133,7 +133,10 @@ impl<C: Connection> Claiming<C> {
         }
         let held: Option<Vec<u8>> = redis::cmd("SET")
             .arg(self.store.layout().record_key(operation, key))
-            .arg(idem_redis::codec::encode_claim(*owner, *fingerprint))
+            .arg(idem_redis::codec::encode_bare_reservation(
+                *owner,
+                *fingerprint,
+            ))
             .arg("NX")
             .arg("PX")
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
@@ -156,7 +159,7 @@ impl<C: Connection> Claiming<C> {
     }
 }
 
-/// What `Claiming` needs of its own connection.
+/// What `FastReserving` needs of its own connection.
 pub trait Connection: redis::aio::ConnectionLike + Clone + Send + Sync {}
 
 impl<C: redis::aio::ConnectionLike + Clone + Send + Sync> Connection for C {}
@@ -173,7 +176,7 @@ async fn server_now(conn: &mut impl Connection) -> Result<u64, StoreError> {
     Ok(secs * 1000 + micros / 1000)
 }
 
-impl<C: Connection> TimedStore for Claiming<C> {
+impl<C: Connection> TimedStore for FastReserving<C> {
     async fn apply_timed(
         &self,
         operation: &Operation,
@@ -205,7 +208,7 @@ impl<C: Connection> TimedStore for Claiming<C> {
             && granted.lease_until.is_none()
             && !taken
         {
-            // A fresh claim's lease end is the key's expiry plus one: the grant was made at
+            // A fresh bare reservation's lease end is the key's expiry plus one: the grant was made at
             // that end less the lease. The key may already be gone (a lease of a few ms),
             // and then the window below stands in.
             let expiry: i64 = redis::cmd("PEXPIRETIME")
@@ -217,12 +220,12 @@ impl<C: Connection> TimedStore for Claiming<C> {
             let after = server_now(&mut conn).await?;
             if let Ok(expiry) = u64::try_from(expiry) {
                 let at = (expiry + 1).saturating_sub(lease);
-                // A claim that outlives its lease would be made after the window.
+                // A bare reservation that outlives its lease would be made after the window.
                 if !(before..=after).contains(&at) {
                     return Err(StoreError::Unavailable {
                         command: CommandKind::Reserve,
                         source: format!(
-                            "a claim made in {before}..={after} ms expires at {expiry} ms, not one ms before its {lease} ms lease ends"
+                            "a bare reservation made in {before}..={after} ms expires at {expiry} ms, not one ms before its {lease} ms lease ends"
                         )
                         .into(),
                     });

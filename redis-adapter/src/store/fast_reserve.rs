@@ -1,4 +1,4 @@
-//! The single-command reserve ([`crate::claim`]) as the store sends it: which reserves try
+//! The single-command reserve ([`crate::fast_reserve`]) as the store sends it: which reserves try
 //! it, the `SET … NX … GET` itself, and how its answer is decided.
 
 use idem::StoreError;
@@ -9,32 +9,33 @@ use redis::Value;
 use super::RedisStore;
 use super::connection::Connection;
 use super::reply::UnexpectedReply;
-use crate::claim::{self, Decision};
 use crate::codec;
+use crate::fast_reserve::{self, Decision};
 
 /// The longest lease the single-command reserve takes, 2^52 ms (some 142,000 years): its
 /// end stays below [`MAX_DEADLINE_MS`] while the server's clock is below 2^52 ms. A longer
 /// lease goes to the reserve script, which caps its end.
 ///
 /// [`MAX_DEADLINE_MS`]: crate::codec::MAX_DEADLINE_MS
-pub const MAX_CLAIM_LEASE_MS: u64 = 1 << 52;
+pub const MAX_FAST_RESERVE_LEASE_MS: u64 = 1 << 52;
 
 impl RedisStore {
-    /// The lease of `command` in milliseconds if it is a reserve to try as a claim. The key
+    /// The lease of `command` in milliseconds if it is a reserve to try as a bare reservation. The key
     /// expires one millisecond before the lease end, so a lease under two milliseconds
-    /// (only a test sends one) is left to the script; so is one over [`MAX_CLAIM_LEASE_MS`],
+    /// (only a test sends one) is left to the script; so is one over [`MAX_FAST_RESERVE_LEASE_MS`],
     /// whose end could pass the largest deadline a record holds, where the script caps it.
-    pub(super) fn claim_lease(&self, command: &Command) -> Option<u64> {
+    pub(super) fn fast_reserve_lease(&self, command: &Command) -> Option<u64> {
         let Command::Reserve { lease, .. } = command else {
             return None;
         };
         let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-        (self.inner.claim && (2..=MAX_CLAIM_LEASE_MS).contains(&lease_ms)).then_some(lease_ms)
+        (self.inner.fast_reserve && (2..=MAX_FAST_RESERVE_LEASE_MS).contains(&lease_ms))
+            .then_some(lease_ms)
     }
 
-    /// The single-command reserve ([`crate::claim`]) with a lease of `lease_ms`: the record
+    /// The single-command reserve ([`crate::fast_reserve`]) with a lease of `lease_ms`: the record
     /// machine's reply, or `None` when the reserve script must decide.
-    pub(super) async fn claim(
+    pub(super) async fn fast_reserve(
         &self,
         operation: &Operation,
         key: &Key,
@@ -50,7 +51,7 @@ impl RedisStore {
         let redis_key = self.inner.layout.record_key(operation, key);
         let mut set = redis::cmd("SET");
         set.arg(&redis_key)
-            .arg(codec::encode_claim(*owner, *fingerprint))
+            .arg(codec::encode_bare_reservation(*owner, *fingerprint))
             .arg("NX")
             .arg("PX")
             .arg(lease_ms - 1)
@@ -81,7 +82,7 @@ impl RedisStore {
                 return Err(StoreError::unavailable(
                     command,
                     UnexpectedReply {
-                        script: "claim",
+                        script: "fast reserve",
                         detail: format!("{other:?}"),
                     },
                 ));
@@ -89,7 +90,7 @@ impl RedisStore {
         };
         let watch = self.inner.notices.is_some();
         Ok(
-            match claim::decide(held.as_deref(), *owner, *fingerprint, watch) {
+            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint, watch) {
                 Decision::Answer(reply) => Some(reply),
                 Decision::Script => None,
             },

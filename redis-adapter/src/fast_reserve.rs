@@ -1,20 +1,20 @@
-//! The single-command reserve: `SET key <claim> NX PX <lease-1> GET`.
+//! The single-command reserve: `SET key <reservation> NX PX <lease-1> GET`.
 //!
 //! A reserve is the first command of every call, and on a free key (a fresh call) or a
 //! completed one (a replay) the record machine's answer needs no clock: a free key is
-//! claimed, a completed one is replayed, one held under another fingerprint is key reuse.
+//! reserved, a completed one is replayed, one held under another fingerprint is key reuse.
 //! `SET … NX … GET` does all of that in one plain command, which costs the server a
-//! fraction of a script: it writes the claim only if the key is absent and returns what
+//! fraction of a script: it writes the fast reserve only if the key is absent and returns what
 //! the key held. Redis holds a key exactly while its record is live (keys expire one
 //! millisecond before their deadline, [`crate::codec`]), so the reply describes the key at
 //! the command's own instant, and `decide` asks the record machine (`record::apply`) for
 //! its answer at that instant.
 //!
 //! Two answers need more than the bytes: "in flight" needs the holder's lease end, which a
-//! claim keeps in the key's expiry, and, on a store that announces changes, a mark on the
+//! bare reservation keeps in the key's expiry, and, on a store that announces changes, a mark on the
 //! record so that its end is announced to the waiter. For those, and for any value that does
 //! not decode, `decide` hands the reserve to the script, which runs as its own atomic step
-//! (the `SET` changed nothing, since the key was taken). A grant made by the claim does
+//! (the `SET` changed nothing, since the key was taken). A grant made by the fast reserve does
 //! not know the server's clock, so its [`Reservation::lease_until`] is `None`.
 
 use idem_core::record::{self, Record, Reply};
@@ -32,7 +32,7 @@ pub(crate) enum Decision {
 }
 
 /// What the record machine answers `owner`'s reserve of `fingerprint`, given the value the
-/// key held when the claim ran (`None`: the key was free, and is now claimed). `watch` is
+/// key held when the fast reserve ran (`None`: the key was free, and is now reserved). `watch` is
 /// whether the store announces changes, so that a waiter must mark the record.
 ///
 /// The answer is `record::apply`'s own: the key exists, so its record is live at the `SET`'s
@@ -45,7 +45,7 @@ pub(crate) fn decide(
     fingerprint: Fingerprint,
     watch: bool,
 ) -> Decision {
-    let (record, claim, watched) = match held.map(codec::decode_stored) {
+    let (record, bare, watched) = match held.map(codec::decode_stored) {
         // I1: the key was free, and the `SET` made this caller its holder.
         None => {
             return Decision::Answer(Reply::Reserved(Reservation {
@@ -56,8 +56,8 @@ pub(crate) fn decide(
         // Not a value this adapter wrote: the script names the defect.
         Some(Err(_)) => return Decision::Script,
         Some(Ok(Stored::Record { record, watched })) => (record, false, watched),
-        // A claim's lease end is the key's expiry, not in its bytes: live, until some time.
-        Some(Ok(Stored::Claim { owner, fingerprint })) => {
+        // A bare reservation's lease end is the key's expiry, not in its bytes: live, until some time.
+        Some(Ok(Stored::BareReservation { owner, fingerprint })) => {
             let pending = Record::Pending {
                 owner,
                 fingerprint,
@@ -66,7 +66,7 @@ pub(crate) fn decide(
             (pending, true, false)
         }
     };
-    if !claim && record.is_expired(Timestamp::from_millis(0)) {
+    if !bare && record.is_expired(Timestamp::from_millis(0)) {
         // A zero deadline in a key that exists: the bytes contradict the key's liveness,
         // so the script judges by `TIME`.
         return Decision::Script;
@@ -74,14 +74,14 @@ pub(crate) fn decide(
     // The machine's answer for a live record, which needs no clock.
     let reply = record::reserve_live(&record, owner, fingerprint);
     match reply {
-        // I11: the owner's own claim; its lease end is in the key's expiry.
-        Reply::Reserved(granted) if claim => Decision::Answer(Reply::Reserved(Reservation {
+        // I11: the owner's own bare reservation; its lease end is in the key's expiry.
+        Reply::Reserved(granted) if bare => Decision::Answer(Reply::Reserved(Reservation {
             owner: granted.owner,
             lease_until: None,
         })),
-        // "In flight" needs the lease end of a claim, or a waiter's mark, which is a write:
+        // "In flight" needs the lease end of a bare reservation, or a waiter's mark, which is a write:
         // the script has both.
-        Reply::InFlight { .. } if claim || (watch && !watched) => Decision::Script,
+        Reply::InFlight { .. } if bare || (watch && !watched) => Decision::Script,
         reply => Decision::Answer(reply),
     }
 }
@@ -104,7 +104,7 @@ mod tests {
         Fingerprint::from_bytes([n; 32])
     }
 
-    /// A live value under the key: a record (with its waiter mark) or a claim.
+    /// A live value under the key: a record (with its waiter mark) or a bare reservation.
     fn held() -> impl Strategy<Value = Stored> {
         // Every completed state: a value (state 3), none (2), a panic (6).
         let result = prop_oneof![
@@ -118,7 +118,7 @@ mod tests {
                 let (owner, fingerprint) = (owner(holder), fp(print));
                 let deadline = Timestamp::from_millis(50_000);
                 match kind {
-                    0 => Stored::Claim { owner, fingerprint },
+                    0 => Stored::BareReservation { owner, fingerprint },
                     1 => Stored::Record {
                         record: Record::Pending {
                             owner,
@@ -143,7 +143,9 @@ mod tests {
 
     fn bytes(stored: &Stored) -> Vec<u8> {
         match stored {
-            Stored::Claim { owner, fingerprint } => codec::encode_claim(*owner, *fingerprint),
+            Stored::BareReservation { owner, fingerprint } => {
+                codec::encode_bare_reservation(*owner, *fingerprint)
+            }
             Stored::Record { record, watched } => {
                 let mut bytes = codec::encode(record);
                 if *watched {
@@ -154,15 +156,15 @@ mod tests {
         }
     }
 
-    /// The record machine's view of `stored`, with the claim's lease end (the key's expiry
-    /// plus one) at `claim_until`.
-    fn as_record(stored: &Stored, claim_until: Timestamp) -> Record {
+    /// The record machine's view of `stored`, with the fast reserve's lease end (the key's expiry
+    /// plus one) at `bare_until`.
+    fn as_record(stored: &Stored, bare_until: Timestamp) -> Record {
         match stored {
             Stored::Record { record, .. } => record.clone(),
-            Stored::Claim { owner, fingerprint } => Record::Pending {
+            Stored::BareReservation { owner, fingerprint } => Record::Pending {
                 owner: *owner,
                 fingerprint: *fingerprint,
-                lease_until: claim_until,
+                lease_until: bare_until,
             },
         }
     }
@@ -187,7 +189,7 @@ mod tests {
     }
 
     proptest! {
-        /// Every answer the claim gives is the record machine's at any instant the key
+        /// Every answer the fast reserve gives is the record machine's at any instant the key
         /// is live: the decision needs no clock.
         #[test]
         fn every_answer_is_the_record_machines(
@@ -196,10 +198,10 @@ mod tests {
             print in 0..2_u8,
             watch in any::<bool>(),
             now in 0..50_000_u64,
-            claim_until in 50_000..60_000_u64,
+            bare_until in 50_000..60_000_u64,
         ) {
             let (caller, print) = (owner(caller), fp(print));
-            let record = as_record(&stored, Timestamp::from_millis(claim_until));
+            let record = as_record(&stored, Timestamp::from_millis(bare_until));
             let command = Command::Reserve {
                 owner: caller,
                 fingerprint: print,
@@ -216,13 +218,13 @@ mod tests {
                     prop_assert!(!in_flight || !watch || marked, "an unmarked waiter");
                 }
                 Decision::Script => {
-                    // Only when the answer needs the lease end of a claim or a waiter's mark.
+                    // Only when the answer needs the lease end of a bare reservation or a waiter's mark.
                     let Reply::InFlight { .. } = expected.reply else {
                         return Err(TestCaseError::fail(format!("script for {:?}", expected.reply)));
                     };
-                    let claim = matches!(stored, Stored::Claim { .. });
+                    let bare = matches!(stored, Stored::BareReservation { .. });
                     let unmarked = matches!(stored, Stored::Record { watched: false, .. });
-                    prop_assert!(claim || (watch && unmarked));
+                    prop_assert!(bare || (watch && unmarked));
                 }
             }
         }
