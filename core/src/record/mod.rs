@@ -15,8 +15,10 @@ use std::time::Duration;
 use crate::time::Timestamp;
 use crate::{Fingerprint, OwnerToken};
 
+mod replay_life;
 mod transition;
 
+pub use replay_life::{REPLAY_LIFE_SLACK, replay_life};
 pub use transition::{apply, commits, reserve_live};
 
 /// A stored result: the JSON (or other encoding) of the action's value, as the driver wrote

@@ -31,16 +31,12 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use idem_core::record::{Reply, StoredResult};
+use idem_core::record::{Reply, StoredResult, replay_life};
 use idem_core::{Fingerprint, Key, Operation, Timestamp};
 use thiserror::Error;
 
 use crate::metrics::{Counter, Metrics};
 use shard::{Entry, Shard};
-
-/// How much less than its remaining time a record is kept, beyond the 1%: milliseconds lost
-/// to rounding on either clock, and a Redis key that expires one millisecond early.
-const SLACK: Duration = Duration::from_millis(5);
 
 /// At most this many shards, each behind its own lock.
 const MAX_SHARDS: usize = 16;
@@ -280,7 +276,7 @@ impl ReplayCache {
     ) {
         let kept_for = match self.config.flaw {
             Some(CacheFlaw::IgnoresRemaining) => self.config.max_age,
-            _ => keep_for(remaining, self.config.max_age),
+            _ => replay_life(remaining, self.config.max_age),
         };
         let until = from.saturating_add(kept_for);
         if until <= now {
@@ -338,15 +334,6 @@ impl ReplayCache {
         // A shard's state is whole after every method: a panic elsewhere leaves it usable.
         shard.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// How long a record known to live `remaining` more is kept: less than that (1% and
-/// [`SLACK`] less), and never more than `max_age`.
-pub(crate) fn keep_for(remaining: Duration, max_age: Duration) -> Duration {
-    remaining
-        .saturating_sub(remaining / 100)
-        .saturating_sub(SLACK)
-        .min(max_age)
 }
 
 #[cfg(test)]

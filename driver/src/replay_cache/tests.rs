@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_core::record::{Record, StoredResult, reserve_live};
+use idem_core::record::{Record, StoredResult, replay_life, reserve_live};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 
 use super::*;
@@ -78,15 +78,15 @@ fn a_hit_answers_as_the_record_machine_does_for_a_completed_record() {
 #[test]
 fn a_record_is_kept_for_less_than_the_store_said_and_at_most_its_max_age() {
     let left = Duration::from_secs(10);
-    let kept = keep_for(left, Duration::from_secs(3600));
+    let kept = replay_life(left, Duration::from_secs(3600));
     assert!(kept < left, "{kept:?}");
     assert_eq!(kept, Duration::from_millis(10_000 - 100 - 5));
     assert_eq!(
-        keep_for(left, Duration::from_secs(2)),
+        replay_life(left, Duration::from_secs(2)),
         Duration::from_secs(2)
     );
     assert_eq!(
-        keep_for(Duration::from_millis(4), Duration::MAX),
+        replay_life(Duration::from_millis(4), Duration::MAX),
         Duration::ZERO
     );
 
