@@ -1,42 +1,42 @@
-//! The record encoding, version 1: how one [`Record`] is laid out in one Redis string.
+//! The record encoding, version 2: how one record is laid out in one Redis string.
 //!
 //! ```text
 //! offset  size  field
 //!      0     2  magic "id"
-//!      2     1  version (1)
+//!      2     1  version (2)
 //!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
 //!               4 pending with a waiter told about it (its complete or release is announced),
-//!               5 a bare reservation: pending, its lease end kept in the key's expiry,
 //!               6 completed as "outcome unknown" (the action panicked), without a body
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
-//!     52     8  deadline, milliseconds on the server's clock, big-endian: the lease end of a
-//!               pending record, the retention end of a completed one; zero in a bare reservation
-//!     60     …  the body (state 3 only; may be empty)
+//!     52     …  the body (state 3 only; may be empty)
 //! ```
 //!
-//! Every key expires in Redis one millisecond before its record's deadline (`PXAT
-//! deadline - 1`): Redis keeps a key while its clock is at or before the expiry, the record
-//! machine treats a record as gone once `now` reaches the deadline, so a key exists exactly
-//! while its record is live.
+//! **The value holds no deadline: a record is live exactly while its key exists** (layout 2,
+//! MODEL.md "Redis"). Its deadline (the lease end of a pending record, the retention end of a
+//! completed one) is the key's expiry plus one millisecond: every write sets the key to expire
+//! one millisecond before the deadline (`PXAT deadline - 1`, or `PX duration - 1`), since
+//! Redis keeps a key while its clock is at or before the expiry and the record machine treats
+//! a record as gone once `now` reaches the deadline. A key without an expiry (an operator's
+//! `PERSIST`) holds a record that never ends, and every path (the fast reserve, every script)
+//! agrees, because none of them reads a deadline anywhere else.
 //!
-//! A bare reservation (state 5) is what the single-command reserve writes (`SET key reservation NX PX
-//! lease-1 GET`): the client does not know the server's clock, so the lease end is the key's
-//! expiry plus one millisecond (`PEXPIRETIME`), which the scripts read when they load a bare reservation.
-//! [`decode`] cannot see the key's expiry and refuses a bare reservation
-//! ([`DecodeError::LeaseInKeyExpiry`]); the read script fills the lease end in and returns it
-//! as a pending record (state 1). [`decode_stored`] tells a bare reservation from a record.
+//! So the value alone is a [`Stored`]: a record without its deadline. [`Stored::live`] is what
+//! a reserve of it needs (`idem_core::record::reserve_live`, which reads no clock), and
+//! [`Stored::until`] makes the full [`Record`] once the key's expiry is known (the read script
+//! returns it beside the value).
 //!
-//! The Lua scripts ([`crate::scripts`]) read and write exactly this layout; this module is
-//! its Rust half, used to decode what a read returns and by tests that plant records. A value
-//! that does not decode (another magic, an unknown version or state, a wrong length) is
-//! not one this adapter wrote: the scripts refuse to touch it and the store reports
+//! The Lua scripts ([`crate::scripts`]) read and write exactly this layout; this module is its
+//! Rust half. A value that does not decode (another magic, another version (version 1 is
+//! layout 1's, which kept a deadline in the value), an unknown state, a wrong length) is not
+//! one this adapter wrote: the scripts refuse to touch it and the store reports
 //! `StoreError::Corrupt`.
 //!
 //! Deadlines are kept below 2^53 ms (the largest integer a Lua number holds exactly, some
 //! 285,000 years after 1970): a lease or retention that would end later ends at
-//! [`MAX_DEADLINE_MS`].
+//! [`MAX_DEADLINE_MS`], which is also the deadline of a key without an expiry.
 
+use idem_core::record::LiveRecord;
 use idem_core::{Body, Fingerprint, OwnerToken, Record, StoredResult, Timestamp};
 use thiserror::Error;
 
@@ -44,10 +44,10 @@ use thiserror::Error;
 pub const MAGIC: [u8; 2] = *b"id";
 
 /// The encoding version this adapter writes and reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// The length of the fixed header; a record without a body is exactly this long.
-pub const HEADER_LEN: usize = 60;
+pub const HEADER_LEN: usize = 52;
 
 /// The latest deadline a record can carry, in milliseconds: 2^53 - 1.
 pub const MAX_DEADLINE_MS: u64 = (1 << 53) - 1;
@@ -56,7 +56,6 @@ const STATE_PENDING: u8 = 1;
 const STATE_COMPLETED_NO_BODY: u8 = 2;
 const STATE_COMPLETED: u8 = 3;
 const STATE_PENDING_WATCHED: u8 = 4;
-const STATE_BARE_RESERVATION: u8 = 5;
 const STATE_COMPLETED_PANICKED: u8 = 6;
 
 /// Why bytes under a key are not a record this adapter wrote.
@@ -72,10 +71,11 @@ pub enum DecodeError {
     /// The value does not start with [`MAGIC`].
     #[error("the value does not start with the record magic \"id\"")]
     BadMagic,
-    /// A version this adapter does not know (written by a newer one, or not a record).
+    /// A version this adapter does not read: 1 is layout 1's, which kept the deadline in the
+    /// value; a higher one was written by a newer adapter.
     #[error("unknown record version {0}")]
     UnknownVersion(u8),
-    /// A state byte that is not pending or completed.
+    /// A state byte that is not one of the states above.
     #[error("unknown record state {0}")]
     UnknownState(u8),
     /// A record without a body that is longer than its header.
@@ -84,97 +84,122 @@ pub enum DecodeError {
         /// The value's length.
         len: usize,
     },
-    /// A deadline past [`MAX_DEADLINE_MS`].
-    #[error("deadline {0} ms is past the largest this adapter writes")]
-    DeadlineOutOfRange(u64),
-    /// A bare reservation (state 5) with a deadline field that is not zero.
-    #[error("a bare reservation carries a deadline; its lease end belongs in the key's expiry")]
-    BareReservationWithDeadline,
-    /// A bare reservation (state 5): a pending record whose lease end is the key's expiry, which the
-    /// bytes alone do not hold. Use [`decode_stored`], or read it with the read script.
-    #[error("a bare reservation keeps its lease end in the key's expiry, not in its bytes")]
-    LeaseInKeyExpiry,
 }
 
-/// What a value written by this adapter holds: a record, or a bare reservation whose lease end is the
-/// key's expiry.
+/// What a value holds: a record without its deadline (which is the key's expiry).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stored {
-    /// A record with its deadline. `watched` is the waiter mark (state 4) of a pending
-    /// record: a waiter was told "in flight", so its complete or release is announced.
-    Record {
-        /// The record.
-        record: Record,
+pub struct Stored {
+    /// The holder of a pending record, the attempt that completed a completed one.
+    pub owner: OwnerToken,
+    /// The request the record belongs to.
+    pub fingerprint: Fingerprint,
+    /// Pending or completed.
+    pub state: StoredState,
+}
+
+/// A [`Stored`] record's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredState {
+    /// Pending; `watched` is the waiter mark (state 4): a waiter was told "in flight", so the
+    /// record's complete or release is announced.
+    Pending {
         /// Whether a waiter was told about it.
         watched: bool,
     },
-    /// A pending record written by the single-command reserve: its lease end is the key's
-    /// expiry plus one millisecond; it has no waiter mark.
-    BareReservation {
-        /// The holder.
-        owner: OwnerToken,
-        /// The request it holds the key for.
-        fingerprint: Fingerprint,
-    },
+    /// Completed with this result.
+    Completed(StoredResult),
 }
 
 impl Stored {
-    /// The fingerprint the key is held or completed under.
-    pub fn fingerprint(&self) -> Fingerprint {
-        match self {
-            Stored::Record { record, .. } => record.fingerprint(),
-            Stored::BareReservation { fingerprint, .. } => *fingerprint,
+    /// The record as a reserve of it sees it while its key exists.
+    pub fn live(&self) -> LiveRecord<'_> {
+        match &self.state {
+            StoredState::Pending { .. } => LiveRecord::Pending {
+                owner: self.owner,
+                fingerprint: self.fingerprint,
+            },
+            StoredState::Completed(result) => LiveRecord::Completed {
+                fingerprint: self.fingerprint,
+                result,
+            },
+        }
+    }
+
+    /// The full record, live until `deadline` (the key's expiry plus one millisecond).
+    pub fn until(self, deadline: Timestamp) -> Record {
+        let Stored {
+            owner,
+            fingerprint,
+            state,
+        } = self;
+        match state {
+            StoredState::Pending { .. } => Record::Pending {
+                owner,
+                fingerprint,
+                lease_until: deadline,
+            },
+            StoredState::Completed(result) => Record::Completed {
+                owner,
+                fingerprint,
+                result,
+                expires_at: deadline,
+            },
         }
     }
 }
 
-/// The value of a bare reservation: `owner` holds the key for `fingerprint`, until the key expires.
-pub fn encode_bare_reservation(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN);
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(STATE_BARE_RESERVATION);
-    out.extend_from_slice(&owner.to_bytes());
-    out.extend_from_slice(&fingerprint.to_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out
+/// The value of `owner`'s pending record for `fingerprint`, unmarked: what a reserve of a free
+/// key writes (the fast reserve's `SET … NX` and the reserve script alike), and what the
+/// owner's complete expects to find ([`crate::scripts`], the fast complete).
+pub fn encode_pending(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
+    header(STATE_PENDING, owner, fingerprint, 0)
 }
 
-/// Encodes `record` in version 1. Deadlines past [`MAX_DEADLINE_MS`] are written as it.
-pub fn encode(record: &Record) -> Vec<u8> {
-    let (state, body) = match record {
-        Record::Pending { .. } => (STATE_PENDING, None),
-        Record::Completed { result, .. } => match result {
-            StoredResult::Value(body) => (STATE_COMPLETED, Some(body)),
-            StoredResult::NotStored => (STATE_COMPLETED_NO_BODY, None),
-            StoredResult::Panicked => (STATE_COMPLETED_PANICKED, None),
-        },
+/// The value of a completed record: `owner` completed `fingerprint` with `result`.
+pub fn encode_completed(
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    result: &StoredResult,
+) -> Vec<u8> {
+    let (state, body) = match result {
+        StoredResult::Value(body) => (STATE_COMPLETED, Some(body)),
+        StoredResult::NotStored => (STATE_COMPLETED_NO_BODY, None),
+        StoredResult::Panicked => (STATE_COMPLETED_PANICKED, None),
     };
-    let deadline = record.expires_at().as_millis().min(MAX_DEADLINE_MS);
-    let mut out = Vec::with_capacity(HEADER_LEN + body.map_or(0, Body::len));
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(state);
-    out.extend_from_slice(&record.owner().to_bytes());
-    out.extend_from_slice(&record.fingerprint().to_bytes());
-    out.extend_from_slice(&deadline.to_be_bytes());
+    let mut out = header(state, owner, fingerprint, body.map_or(0, Body::len));
     if let Some(body) = body {
         out.extend_from_slice(body.as_bytes());
     }
     out
 }
 
-/// Decodes a version-1 record, or says why `bytes` are not one. A bare reservation is refused with
-/// [`DecodeError::LeaseInKeyExpiry`]: its lease end is not in its bytes.
-pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
-    match decode_stored(bytes)? {
-        Stored::Record { record, .. } => Ok(record),
-        Stored::BareReservation { .. } => Err(DecodeError::LeaseInKeyExpiry),
+/// The value of `record`: its deadline is not part of it (it belongs in the key's expiry).
+pub fn encode(record: &Record) -> Vec<u8> {
+    match record {
+        Record::Pending {
+            owner, fingerprint, ..
+        } => encode_pending(*owner, *fingerprint),
+        Record::Completed {
+            owner,
+            fingerprint,
+            result,
+            ..
+        } => encode_completed(*owner, *fingerprint, result),
     }
 }
 
-/// Decodes a version-1 value, a record or a bare reservation, or says why `bytes` are not one.
-pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
+fn header(state: u8, owner: OwnerToken, fingerprint: Fingerprint, body: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + body);
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.push(state);
+    out.extend_from_slice(&owner.to_bytes());
+    out.extend_from_slice(&fingerprint.to_bytes());
+    out
+}
+
+/// Decodes a version-2 value, or says why `bytes` are not one.
+pub fn decode(bytes: &[u8]) -> Result<Stored, DecodeError> {
     let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort { len: bytes.len() });
     };
@@ -187,65 +212,27 @@ pub fn decode_stored(bytes: &[u8]) -> Result<Stored, DecodeError> {
         return Err(DecodeError::UnknownVersion(version));
     }
     let (owner, rest) = split::<16>(rest);
-    let (fingerprint, rest) = split::<32>(rest);
-    let (deadline, _) = split::<8>(rest);
-    let owner = OwnerToken::from_bytes(owner);
-    let fingerprint = Fingerprint::from_bytes(fingerprint);
-    let deadline = u64::from_be_bytes(deadline);
-    if state == STATE_BARE_RESERVATION {
-        no_trailing(body, bytes)?;
-        if deadline != 0 {
-            return Err(DecodeError::BareReservationWithDeadline);
+    let (fingerprint, _) = split::<32>(rest);
+    let without_body = |state: StoredState| {
+        if body.is_empty() {
+            Ok(state)
+        } else {
+            Err(DecodeError::TrailingBytes { len: bytes.len() })
         }
-        return Ok(Stored::BareReservation { owner, fingerprint });
-    }
-    if deadline > MAX_DEADLINE_MS {
-        return Err(DecodeError::DeadlineOutOfRange(deadline));
-    }
-    let deadline = Timestamp::from_millis(deadline);
-    let record = match state {
-        STATE_PENDING | STATE_PENDING_WATCHED => {
-            no_trailing(body, bytes)?;
-            Record::Pending {
-                owner,
-                fingerprint,
-                lease_until: deadline,
-            }
-        }
-        STATE_COMPLETED_NO_BODY | STATE_COMPLETED_PANICKED => {
-            no_trailing(body, bytes)?;
-            Record::Completed {
-                owner,
-                fingerprint,
-                result: if state == STATE_COMPLETED_PANICKED {
-                    StoredResult::Panicked
-                } else {
-                    StoredResult::NotStored
-                },
-                expires_at: deadline,
-            }
-        }
-        STATE_COMPLETED => Record::Completed {
-            owner,
-            fingerprint,
-            result: StoredResult::Value(Body::new(body)),
-            expires_at: deadline,
-        },
+    };
+    let state = match state {
+        STATE_PENDING => without_body(StoredState::Pending { watched: false })?,
+        STATE_PENDING_WATCHED => without_body(StoredState::Pending { watched: true })?,
+        STATE_COMPLETED_NO_BODY => without_body(StoredState::Completed(StoredResult::NotStored))?,
+        STATE_COMPLETED_PANICKED => without_body(StoredState::Completed(StoredResult::Panicked))?,
+        STATE_COMPLETED => StoredState::Completed(StoredResult::Value(Body::new(body))),
         other => return Err(DecodeError::UnknownState(other)),
     };
-    Ok(Stored::Record {
-        record,
-        watched: state == STATE_PENDING_WATCHED,
+    Ok(Stored {
+        owner: OwnerToken::from_bytes(owner),
+        fingerprint: Fingerprint::from_bytes(fingerprint),
+        state,
     })
-}
-
-/// A state without a body must end with its header.
-fn no_trailing(body: &[u8], bytes: &[u8]) -> Result<(), DecodeError> {
-    if body.is_empty() {
-        Ok(())
-    } else {
-        Err(DecodeError::TrailingBytes { len: bytes.len() })
-    }
 }
 
 /// The first `N` bytes of `bytes` as an array, and the rest. Only called on slices of the
@@ -261,91 +248,89 @@ fn split<const N: usize>(bytes: &[u8]) -> ([u8; N], &[u8]) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_pending_record_marked_as_waited_on_decodes_as_pending() {
-        let record = Record::Pending {
-            owner: OwnerToken::from_u128(7),
-            fingerprint: Fingerprint::from_bytes([3; 32]),
-            lease_until: Timestamp::from_millis(1_000),
-        };
-        let mut bytes = encode(&record);
-        bytes[3] = STATE_PENDING_WATCHED;
-        assert_eq!(decode(&bytes), Ok(record));
+    fn owner() -> OwnerToken {
+        OwnerToken::from_u128(7)
     }
 
-    fn pending() -> Record {
-        Record::Pending {
-            owner: OwnerToken::from_u128(7),
-            fingerprint: Fingerprint::of_bytes(b"charge"),
-            lease_until: Timestamp::from_millis(1_700_000_000_123),
+    fn print() -> Fingerprint {
+        Fingerprint::of_bytes(b"charge")
+    }
+
+    fn completed(result: StoredResult) -> Stored {
+        Stored {
+            owner: owner(),
+            fingerprint: print(),
+            state: StoredState::Completed(result),
         }
     }
 
     #[test]
     fn header_layout_is_fixed() {
-        let bytes = encode(&pending());
+        let bytes = encode_pending(owner(), print());
         assert_eq!(bytes.len(), HEADER_LEN);
-        assert_eq!(&bytes[..4], b"id\x01\x01");
+        assert_eq!(&bytes[..4], b"id\x02\x01");
         assert_eq!(bytes[19], 7);
-        assert_eq!(&bytes[52..], &1_700_000_000_123_u64.to_be_bytes());
+        assert_eq!(&bytes[20..], &print().to_bytes());
     }
 
-    fn completed(result: StoredResult) -> Record {
-        Record::Completed {
-            owner: OwnerToken::from_u128(1),
-            fingerprint: Fingerprint::of_bytes(b"x"),
-            result,
-            expires_at: Timestamp::from_millis(5),
-        }
+    #[test]
+    fn the_deadline_is_not_in_the_value() {
+        let at = |ms| Record::Pending {
+            owner: owner(),
+            fingerprint: print(),
+            lease_until: Timestamp::from_millis(ms),
+        };
+        assert_eq!(encode(&at(1)), encode(&at(1_700_000_000_123)));
+        let stored = decode(&encode(&at(5))).unwrap();
+        assert_eq!(stored.until(Timestamp::from_millis(9)), at(9));
+    }
+
+    #[test]
+    fn a_pending_record_marked_as_waited_on_decodes_as_pending() {
+        let mut bytes = encode_pending(owner(), print());
+        assert_eq!(
+            decode(&bytes).map(|s| s.state),
+            Ok(StoredState::Pending { watched: false })
+        );
+        bytes[3] = STATE_PENDING_WATCHED;
+        let marked = decode(&bytes).unwrap();
+        assert_eq!(marked.state, StoredState::Pending { watched: true });
+        assert_eq!(
+            marked.live(),
+            LiveRecord::Pending {
+                owner: owner(),
+                fingerprint: print()
+            }
+        );
     }
 
     #[test]
     fn an_empty_body_is_not_a_missing_body() {
         let with_empty = completed(StoredResult::Value(Body::new(Vec::new())));
-        let bytes = encode(&with_empty);
+        let bytes = encode_completed(owner(), print(), &StoredResult::Value(Body::default()));
         assert_eq!(bytes.len(), HEADER_LEN);
         assert_eq!(bytes[3], STATE_COMPLETED);
         assert_eq!(decode(&bytes), Ok(with_empty));
-        let without = completed(StoredResult::NotStored);
-        let bytes = encode(&without);
+        let bytes = encode_completed(owner(), print(), &StoredResult::NotStored);
         assert_eq!(bytes[3], STATE_COMPLETED_NO_BODY);
-        assert_eq!(decode(&bytes), Ok(without));
+        assert_eq!(decode(&bytes), Ok(completed(StoredResult::NotStored)));
     }
 
     #[test]
     fn a_panicked_completion_is_state_6_without_a_body() {
-        let panicked = completed(StoredResult::Panicked);
-        let bytes = encode(&panicked);
+        let bytes = encode_completed(owner(), print(), &StoredResult::Panicked);
         assert_eq!(bytes.len(), HEADER_LEN);
-        assert_eq!(&bytes[..4], b"id\x01\x06");
-        assert_eq!(decode(&bytes), Ok(panicked.clone()));
-        assert_eq!(
-            decode_stored(&bytes),
-            Ok(Stored::Record {
-                record: panicked,
-                watched: false
-            })
-        );
+        assert_eq!(&bytes[..4], b"id\x02\x06");
+        assert_eq!(decode(&bytes), Ok(completed(StoredResult::Panicked)));
         // It is neither of the other completed states: one byte apart, three answers.
         let mut as_no_body = bytes.clone();
         as_no_body[3] = STATE_COMPLETED_NO_BODY;
         assert_eq!(decode(&as_no_body), Ok(completed(StoredResult::NotStored)));
-    }
-
-    #[test]
-    fn a_panicked_completion_with_trailing_bytes_is_refused() {
-        // State 6 carries no body: bytes after its header are not a record this adapter
-        // wrote, and must not be read as a body (nor the panic as a value).
-        let mut bytes = encode(&completed(StoredResult::Panicked));
-        bytes.extend_from_slice(b"{}");
+        // State 6 carries no body: bytes after its header are not read as one.
+        let mut long = bytes;
+        long.extend_from_slice(b"{}");
         assert_eq!(
-            decode(&bytes),
-            Err(DecodeError::TrailingBytes {
-                len: HEADER_LEN + 2
-            })
-        );
-        assert_eq!(
-            decode_stored(&bytes),
+            decode(&long),
             Err(DecodeError::TrailingBytes {
                 len: HEADER_LEN + 2
             })
@@ -354,87 +339,34 @@ mod tests {
 
     #[test]
     fn each_defect_is_named() {
-        let good = encode(&pending());
+        let good = encode_pending(owner(), print());
         assert_eq!(decode(&good[..10]), Err(DecodeError::TooShort { len: 10 }));
         let mut bad = good.clone();
         bad[0] = b'X';
         assert_eq!(decode(&bad), Err(DecodeError::BadMagic));
         let mut bad = good.clone();
-        bad[2] = 2;
-        assert_eq!(decode(&bad), Err(DecodeError::UnknownVersion(2)));
+        bad[2] = 3;
+        assert_eq!(decode(&bad), Err(DecodeError::UnknownVersion(3)));
         let mut bad = good.clone();
         bad[3] = 9;
         assert_eq!(decode(&bad), Err(DecodeError::UnknownState(9)));
-        let mut bad = good.clone();
-        bad.push(0);
-        assert_eq!(decode(&bad), Err(DecodeError::TrailingBytes { len: 61 }));
+        // State 5 was layout 1's bare reservation; version 2 has no such state.
+        bad[3] = 5;
+        assert_eq!(decode(&bad), Err(DecodeError::UnknownState(5)));
         let mut bad = good;
-        bad[52] = 0xff;
-        assert!(matches!(
-            decode(&bad),
-            Err(DecodeError::DeadlineOutOfRange(_))
-        ));
+        bad.push(0);
+        assert_eq!(decode(&bad), Err(DecodeError::TrailingBytes { len: 53 }));
     }
 
     #[test]
-    fn a_bare_reservation_is_a_header_whose_lease_end_is_the_keys_expiry() {
-        let owner = OwnerToken::from_u128(9);
-        let fingerprint = Fingerprint::of_bytes(b"charge");
-        let bytes = encode_bare_reservation(owner, fingerprint);
-        assert_eq!(bytes.len(), HEADER_LEN);
-        assert_eq!(&bytes[..4], b"id\x01\x05");
-        assert_eq!(&bytes[52..], &[0; 8]);
-        assert_eq!(
-            decode_stored(&bytes),
-            Ok(Stored::BareReservation { owner, fingerprint })
-        );
-        assert_eq!(decode(&bytes), Err(DecodeError::LeaseInKeyExpiry));
-        let mut dated = bytes.clone();
-        dated[59] = 1;
-        assert_eq!(
-            decode_stored(&dated),
-            Err(DecodeError::BareReservationWithDeadline)
-        );
-        let mut long = bytes;
-        long.push(0);
-        assert_eq!(
-            decode_stored(&long),
-            Err(DecodeError::TrailingBytes { len: 61 })
-        );
-    }
-
-    #[test]
-    fn the_waiter_mark_is_reported_with_the_record() {
-        let mut bytes = encode(&pending());
-        assert_eq!(
-            decode_stored(&bytes),
-            Ok(Stored::Record {
-                record: pending(),
-                watched: false
-            })
-        );
-        bytes[3] = STATE_PENDING_WATCHED;
-        assert_eq!(
-            decode_stored(&bytes),
-            Ok(Stored::Record {
-                record: pending(),
-                watched: true
-            })
-        );
-    }
-
-    #[test]
-    fn deadlines_past_the_limit_are_clamped() {
-        let record = Record::Pending {
-            owner: OwnerToken::from_u128(1),
-            fingerprint: Fingerprint::of_bytes(b"x"),
-            lease_until: Timestamp::from_millis(u64::MAX),
-        };
-        let decoded = decode(&encode(&record));
-        assert_eq!(
-            decoded.map(|r| r.expires_at()),
-            Ok(Timestamp::from_millis(MAX_DEADLINE_MS))
-        );
+    fn a_layout_1_record_is_not_read() {
+        // Layout 1: "id", version 1, state, owner, fingerprint, an eight-byte deadline.
+        let mut v1 = b"id\x01\x03".to_vec();
+        v1.extend_from_slice(&owner().to_bytes());
+        v1.extend_from_slice(&print().to_bytes());
+        v1.extend_from_slice(&1_700_000_000_000_u64.to_be_bytes());
+        v1.extend_from_slice(b"{\"ok\":true}");
+        assert_eq!(decode(&v1), Err(DecodeError::UnknownVersion(1)));
     }
 
     mod props {
@@ -442,79 +374,57 @@ mod tests {
 
         use super::super::*;
 
-        fn record() -> impl Strategy<Value = Record> {
-            // Every completed state: a value (3), none (2), a panic (6).
-            let result = prop_oneof![
-                proptest::collection::vec(any::<u8>(), 0..100)
-                    .prop_map(|bytes| StoredResult::Value(Body::new(bytes))),
-                Just(StoredResult::NotStored),
-                Just(StoredResult::Panicked),
+        fn stored() -> impl Strategy<Value = Stored> {
+            // Every state: pending (marked or not), a value (3), none (2), a panic (6).
+            let state = prop_oneof![
+                any::<bool>().prop_map(|watched| StoredState::Pending { watched }),
+                proptest::collection::vec(any::<u8>(), 0..100).prop_map(|bytes| {
+                    StoredState::Completed(StoredResult::Value(Body::new(bytes)))
+                }),
+                Just(StoredState::Completed(StoredResult::NotStored)),
+                Just(StoredState::Completed(StoredResult::Panicked)),
             ];
-            (
-                any::<bool>(),
-                any::<u128>(),
-                any::<[u8; 32]>(),
-                0..=MAX_DEADLINE_MS,
-                result,
-            )
-                .prop_map(|(pending, owner, fp, deadline, result)| {
-                    let owner = OwnerToken::from_u128(owner);
-                    let fingerprint = Fingerprint::from_bytes(fp);
-                    let deadline = Timestamp::from_millis(deadline);
-                    if pending {
-                        Record::Pending {
-                            owner,
-                            fingerprint,
-                            lease_until: deadline,
-                        }
-                    } else {
-                        Record::Completed {
-                            owner,
-                            fingerprint,
-                            result,
-                            expires_at: deadline,
-                        }
-                    }
-                })
+            (any::<u128>(), any::<[u8; 32]>(), state).prop_map(|(owner, fp, state)| Stored {
+                owner: OwnerToken::from_u128(owner),
+                fingerprint: Fingerprint::from_bytes(fp),
+                state,
+            })
         }
 
-        /// `bytes` with a pending record's waiter mark (state 4) taken off (state 1).
-        fn without_waiter_mark(mut bytes: Vec<u8>) -> Vec<u8> {
-            if bytes.get(3) == Some(&STATE_PENDING_WATCHED) {
-                bytes[3] = STATE_PENDING;
+        /// The bytes of `stored`, its waiter mark included.
+        fn bytes(stored: &Stored) -> Vec<u8> {
+            let mut out = encode(&stored.clone().until(Timestamp::from_millis(1)));
+            if stored.state == (StoredState::Pending { watched: true }) {
+                out[3] = STATE_PENDING_WATCHED;
             }
-            bytes
+            out
         }
 
         proptest! {
             #[test]
-            fn every_record_round_trips(record in record()) {
-                prop_assert_eq!(decode(&encode(&record)), Ok(record));
+            fn every_value_round_trips(stored in stored()) {
+                prop_assert_eq!(decode(&bytes(&stored)), Ok(stored));
             }
 
             #[test]
             fn any_bytes_decode_or_fail_without_panic(
-                bytes in proptest::collection::vec(any::<u8>(), 0..120),
+                raw in proptest::collection::vec(any::<u8>(), 0..120),
             ) {
-                if let Ok(record) = decode(&bytes) {
-                    // Only a record's own encoding decodes (up to the waiter mark, which is
-                    // not part of the record).
-                    prop_assert_eq!(encode(&record), without_waiter_mark(bytes));
+                if let Ok(stored) = decode(&raw) {
+                    // Only a value's own encoding decodes.
+                    prop_assert_eq!(bytes(&stored), raw);
                 }
             }
 
             #[test]
-            fn one_flipped_header_byte_never_decodes_to_the_same_record(
-                record in record(),
+            fn one_flipped_header_byte_never_decodes_to_the_same_value(
+                stored in stored(),
                 at in 0..HEADER_LEN,
                 flip in 1..=255_u8,
             ) {
-                let mut bytes = encode(&record);
-                bytes[at] ^= flip;
-                // Marking a pending record as waited on (state 1 to 4) is the one change of
-                // a header byte that keeps the record.
-                prop_assume!(!(at == 3 && bytes[at] == STATE_PENDING_WATCHED));
-                prop_assert_ne!(decode(&bytes), Ok(record));
+                let mut raw = bytes(&stored);
+                raw[at] ^= flip;
+                prop_assert_ne!(decode(&raw), Ok(stored));
             }
         }
     }

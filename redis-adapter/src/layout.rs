@@ -1,23 +1,51 @@
-//! Where a record lives: the Redis key for an (operation, key) pair.
+//! Where a record lives: the Redis key for an (operation, key) pair, layout 2.
 //!
-//! The Redis key is `{prefix}{operation}:{key}`, byte for byte, with the default prefix
-//! `idem:`; `payment.charge` and key `o-1` give `idem:payment.charge:o-1`. The mapping is
-//! injective for a fixed prefix: an [`Operation`] never contains `:` (it is letters,
-//! digits, `.`, `_` and `-`), so the first `:` after the prefix ends the operation, and
-//! the rest is the key exactly as the client sent it (`I12`: never trimmed or rewritten).
-//! Two services that share a Redis keep apart by choosing different prefixes; a prefix
-//! that is a proper prefix of another (`a:` and `a:b`) can collide, so pick prefixes that
-//! end in `:`.
+//! The Redis key is `{prefix}{}{operation}:{key}`, byte for byte, with the default prefix
+//! `idem:`; `payment.charge` and key `o-1` give `idem:{}payment.charge:o-1`.
 //!
-//! At the limits (operation 100 bytes, key 255 bytes) the Redis key is the prefix plus 356
-//! bytes. On a Cluster the key's hash slot follows the usual rule: a key that contains
-//! `{…}` is placed by the text between the braces. Every script touches exactly one key,
-//! so any placement is correct; a prefix such as `{idem}:` puts every record on one node.
+//! - **No client chooses a hash slot.** On a Cluster a key that contains `{…}` is placed by
+//!   the text between its *first* `{` and the next `}`, unless that text is empty, in which
+//!   case the whole key is hashed. The empty hash tag `{}` right after the prefix is the
+//!   first `{` of every record key, so the whole key is hashed, and a client key such as
+//!   `{x}1`, `{x}2`, … spreads over the slots like any other instead of landing on the slot
+//!   the client chose.
+//! - **No two (prefix, operation, key) share a Redis key.** A prefix may not contain a
+//!   brace ([`PrefixError::Brace`]), so the first `{` of a record key sits exactly after its
+//!   prefix: two record keys that are equal have prefixes of the same length, hence the same
+//!   prefix. An [`Operation`] never contains `:` (it is letters, digits, `.`, `_` and `-`),
+//!   so the first `:` after the `{}` ends the operation, and the rest is the key exactly as
+//!   the client sent it (`I12`: never trimmed or rewritten). Two services that share a Redis
+//!   keep apart by choosing different prefixes, and no choice of prefixes, operations and
+//!   keys can make one service's record another's (`idem:` and `idem:x:` included).
+//!
+//! At the limits (operation 100 bytes, key 255 bytes) the Redis key is the prefix plus 358
+//! bytes.
+//!
+//! Layout 1 (before this one) named records `{prefix}{operation}:{key}` and kept each
+//! record's deadline in its value; its records live under other Redis keys and are never read
+//! by this layout (MODEL.md, "Redis", *Layout 2*).
 
 use idem_core::{Key, Operation};
+use thiserror::Error;
 
 /// The prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "idem:";
+
+/// The empty hash tag after the prefix: the whole Redis key is hashed to find its slot.
+const WHOLE_KEY_HASHED: &str = "{}";
+
+/// A prefix this layout refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PrefixError {
+    /// The prefix contains `{` or `}`: it would choose the records' hash slot on a Cluster,
+    /// and let one service's records alias another's.
+    #[error("the key prefix {prefix:?} contains a brace; prefixes may not hold '{{' or '}}'")]
+    Brace {
+        /// The prefix as given.
+        prefix: String,
+    },
+}
 
 /// How records are named in Redis; see the [module docs](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,11 +54,13 @@ pub struct KeyLayout {
 }
 
 impl KeyLayout {
-    /// A layout with `prefix` before every record key.
-    pub fn new(prefix: impl Into<String>) -> Self {
-        Self {
-            prefix: prefix.into(),
+    /// A layout with `prefix` before every record key, or why `prefix` is refused.
+    pub fn new(prefix: impl Into<String>) -> Result<Self, PrefixError> {
+        let prefix = prefix.into();
+        if prefix.contains(['{', '}']) {
+            return Err(PrefixError::Brace { prefix });
         }
+        Ok(Self { prefix })
     }
 
     /// The prefix.
@@ -41,9 +71,14 @@ impl KeyLayout {
     /// The Redis key of the record of `key` under `operation`.
     pub fn record_key(&self, operation: &Operation, key: &Key) -> String {
         let mut out = String::with_capacity(
-            self.prefix.len() + operation.as_str().len() + 1 + key.as_str().len(),
+            self.prefix.len()
+                + WHOLE_KEY_HASHED.len()
+                + operation.as_str().len()
+                + 1
+                + key.as_str().len(),
         );
         out.push_str(&self.prefix);
+        out.push_str(WHOLE_KEY_HASHED);
         out.push_str(operation.as_str());
         out.push(':');
         out.push_str(key.as_str());
@@ -53,7 +88,9 @@ impl KeyLayout {
 
 impl Default for KeyLayout {
     fn default() -> Self {
-        Self::new(DEFAULT_PREFIX)
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
     }
 }
 
@@ -67,15 +104,44 @@ mod tests {
         let key = Key::new("o-1").unwrap();
         assert_eq!(
             KeyLayout::default().record_key(&op, &key),
-            "idem:payment.charge:o-1"
+            "idem:{}payment.charge:o-1"
         );
+        assert_eq!(
+            KeyLayout::default(),
+            KeyLayout::new(DEFAULT_PREFIX).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_prefix_with_a_brace_is_refused() {
+        for prefix in ["{idem}:", "idem{", "idem}:", "{}"] {
+            assert_eq!(
+                KeyLayout::new(prefix),
+                Err(PrefixError::Brace {
+                    prefix: prefix.to_owned()
+                })
+            );
+        }
+        assert!(KeyLayout::new("").is_ok());
+        assert!(KeyLayout::new("billing:").is_ok());
+    }
+
+    #[test]
+    fn a_prefix_that_starts_another_cannot_alias_its_records() {
+        // Layout 1 mapped ("idem:", "x:a", …) and ("idem:x:", "a", …) … onto one key when
+        // an operation and key lined up; the `{}` after the prefix keeps them apart.
+        let short = KeyLayout::new("idem:").unwrap();
+        let long = KeyLayout::new("idem:x.").unwrap();
+        let first = short.record_key(&Operation::new("x.a").unwrap(), &Key::new("k").unwrap());
+        let second = long.record_key(&Operation::new("a").unwrap(), &Key::new("k").unwrap());
+        assert_ne!(first, second);
     }
 
     #[test]
     fn a_colon_in_the_key_cannot_forge_another_operation() {
         // ("a", "b:c") and ("a:b", "c") would collide if operations could hold ':'.
         assert!(Operation::new("a:b").is_err());
-        let layout = KeyLayout::new("p:");
+        let layout = KeyLayout::new("p:").unwrap();
         let first = layout.record_key(&Operation::new("a").unwrap(), &Key::new("b:c").unwrap());
         let second = layout.record_key(&Operation::new("a.b").unwrap(), &Key::new("c").unwrap());
         assert_ne!(first, second);
@@ -86,23 +152,39 @@ mod tests {
 
         use super::super::*;
 
+        /// The text Redis Cluster hashes to place `key`: between the first `{` and the next
+        /// `}` if that is not empty, else the whole key.
+        fn hashed_part(key: &str) -> &str {
+            if let Some(open) = key.find('{')
+                && let Some(len) = key[open + 1..].find('}')
+                && len > 0
+            {
+                return &key[open + 1..open + 1 + len];
+            }
+            key
+        }
+
         proptest! {
-            /// Injective: the Redis key splits back into the one (operation, key) it came
-            /// from, at the first ':' after the prefix.
+            /// Injective across prefixes: the Redis key splits back into the one (prefix,
+            /// operation, key) it came from, at its first '{' and the first ':' after it.
             #[test]
-            fn the_redis_key_names_one_pair(
-                prefix in "[ -~]{0,8}",
+            fn the_redis_key_names_one_triple(
+                prefix in "[ -z|~]{0,8}",
                 operation in "[A-Za-z0-9._-]{1,20}",
                 key in "[!-~]{1,40}",
             ) {
-                let layout = KeyLayout::new(prefix.clone());
+                let layout = KeyLayout::new(prefix.clone()).unwrap();
                 let o = Operation::new(&operation).unwrap();
                 let k = Key::new(&key).unwrap();
                 let redis_key = layout.record_key(&o, &k);
-                let rest = redis_key.strip_prefix(prefix.as_str()).unwrap();
+                let brace = redis_key.find('{').unwrap();
+                prop_assert_eq!(&redis_key[..brace], prefix.as_str());
+                let rest = redis_key[brace..].strip_prefix("{}").unwrap();
                 let (op_part, key_part) = rest.split_once(':').unwrap();
                 prop_assert_eq!(op_part, operation.as_str());
                 prop_assert_eq!(key_part, key.as_str());
+                // Whatever braces the client's key holds, the whole Redis key is hashed.
+                prop_assert_eq!(hashed_part(&redis_key), redis_key.as_str());
             }
         }
     }

@@ -5,11 +5,13 @@
 //! [`RedisStore`] implements the driver's [`idem::Store`]: the record machine of
 //! `idem-core`, one atomic server-side step per command.
 //!
-//! - [`layout`]: the Redis key of a record, `{prefix}{operation}:{key}` (default prefix
-//!   `idem:`), injective for a fixed prefix.
+//! - [`layout`]: the Redis key of a record, `{prefix}{}{operation}:{key}` (default prefix
+//!   `idem:`): hashed whole on a Cluster, so no client chooses a slot, and never shared by two
+//!   prefixes.
 //! - [`fast_reserve`]: the single-command reserve, `SET … NX … GET`, which answers a fresh key,
 //!   a replay and key reuse without a script.
-//! - [`codec`]: the compact, versioned record encoding (60 bytes plus the body).
+//! - [`codec`]: the compact, versioned record encoding (52 bytes plus the body); a record is
+//!   live exactly while its key exists, and its deadline is the key's expiry.
 //! - [`scripts`]: the Lua scripts, one per command, each on one key and judged by the
 //!   server's `TIME`, so they run unchanged on a Cluster.
 //! - [`notices`]: change notices, per key, that wake waiters on a standalone server and on
@@ -54,7 +56,7 @@ pub mod scripts;
 mod store;
 
 pub use codec::DecodeError;
-pub use layout::{DEFAULT_PREFIX, KeyLayout};
+pub use layout::{DEFAULT_PREFIX, KeyLayout, PrefixError};
 pub use store::{
     CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_NOTICE_HEALTH_CHECK, MAX_FAST_RESERVE_LEASE_MS, RedisStore, RedisStoreBuilder,

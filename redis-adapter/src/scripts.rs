@@ -2,22 +2,23 @@
 //!
 //! Each script is a second implementation of `idem_core::record::apply` (the tests compare
 //! the two step for step). The Lua lives in `src/scripts/`: `prelude.lua`, which every
-//! script starts with (its helpers, the server's clock as `now`, the record under `KEYS[1]`
-//! as `rec`), then one file per command, `reserve.lua`, `complete.lua`, `renew.lua`,
-//! `release.lua` and `read.lua`; [`source`] gives a script whole. Every script:
+//! command's script starts with (its helpers, the server's clock as `now`, the record under
+//! `KEYS[1]` as `rec`), then one file per command, `reserve.lua`, `complete.lua`,
+//! `renew.lua`, `release.lua` and `read.lua`; [`source`] gives a script whole. Every script:
 //!
 //! - reads the server's clock with `TIME` (`I9` and rule 10: leases and retention are judged
 //!   by the server, never by a client);
 //! - touches exactly one key, `KEYS[1]`, so it runs unchanged on a Cluster;
-//! - decodes the record ([`crate::codec`], version 1) and, if the value is not one this
-//!   adapter wrote (another Redis type, another layout, an unknown version), changes
-//!   nothing and answers `{'!', now, detail}`;
-//! - treats a record whose deadline is at or before `now` as absent, exactly like the core;
+//! - decodes the record ([`crate::codec`], version 2) and, if the value is not one this
+//!   adapter wrote (another Redis type, layout 1, an unknown version), changes nothing and
+//!   answers `{'!', now, detail}`;
+//! - judges liveness by one rule, the one the fast reserve uses: **a record is live exactly
+//!   while its key exists**, and its deadline is the key's expiry plus one millisecond
+//!   (`PEXPIRETIME + 1`; a key without an expiry never ends). No script reads a deadline from
+//!   the value, which holds none;
 //! - writes with `SET … PXAT deadline-1`, so Redis drops a record by itself exactly when the
-//!   record machine would treat it as gone (Redis keeps a key while its clock is at or
-//!   before the expiry; see [`crate::codec`]);
-//! - reads the lease end of a bare reservation (state 5, written by the single-command reserve) from
-//!   the key's expiry: `PEXPIRETIME + 1`;
+//!   record machine treats it as gone (Redis keeps a key while its clock is at or before the
+//!   expiry);
 //! - checks the owner token itself for complete, renew and release (`I2`);
 //! - when given a publish command (`PUBLISH` on a standalone server, `SPUBLISH` on a
 //!   Cluster), publishes an empty notice on the channel named like the record's key after a
@@ -29,19 +30,31 @@
 //!
 //! | script   | tags |
 //! |----------|------|
-//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` body or nothing (replay) · `U` (replay: the action panicked, outcome unknown) · `K` fingerprint (key reuse) |
+//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` deadline, then the body or nothing (replay) · `U` deadline (replay: the action panicked, outcome unknown) · `K` fingerprint (key reuse) |
 //! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
 //! | renew    | `N` lease_until · `X` refusal |
 //! | release  | `D` · `X` refusal |
-//! | read     | `E` (absent) · `V` raw record |
+//! | read     | `E` (absent) · `V` raw record, deadline |
 //!
 //! Refusal codes: 1 not the owner, 2 lease lost, 3 already completed. A value this adapter did
 //! not write: `!` detail.
+//!
+//! One more script has no prelude and reads no clock: the **fast complete**
+//! (`complete_own.lua`), the owner's complete of its own unmarked pending record, the end of
+//! every uncontended call. It compares the key's value with the pending record the owner
+//! wrote, byte for byte, and only if they are equal writes the completed record with a
+//! relative expiry (`PX retention-1`) and answers 1; on anything else it changes nothing,
+//! answers 0, and the store sends the complete script. It is the record machine's complete
+//! of a live pending record held by its caller: `Completed(InTime)`, the result kept for the
+//! retention from the server's instant.
+//!
+//! The store runs each script with `EVALSHA`, and with `EVAL` and the source when the
+//! server's script cache does not hold it (a restart, `SCRIPT FLUSH`, a new Cluster node):
+//! `EVAL` goes to the key's node and caches the script there. Those fallbacks are counted
+//! (`StoreStats::script_fallbacks`).
 
-use redis::Script;
-
-/// Shared helpers and the record's load, before every script's own part: the server's clock
-/// as `now`, and the record under `KEYS[1]` as `rec` (absent, or expired, is `nil`).
+/// Shared helpers and the record's load, before every command's script: the server's clock
+/// as `now`, and the record under `KEYS[1]` as `rec` (absent is `nil`).
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms), "1" if this store announces
@@ -59,12 +72,17 @@ const RENEW: &str = include_str!("scripts/renew.lua");
 /// ARGV: owner, the command that publishes a notice ('' for none), as for the complete.
 const RELEASE: &str = include_str!("scripts/release.lua");
 
-/// No ARGV. A bare reservation is returned as the pending record it is, its lease end filled in.
+/// No ARGV.
 const READ: &str = include_str!("scripts/read.lua");
 
+/// ARGV: the owner's unmarked pending record, the completed record, retention - 1 (ms). No
+/// prelude.
+const COMPLETE_OWN: &str = include_str!("scripts/complete_own.lua");
+
 /// The Lua source of the script for `command` (`reserve`, `complete`, `renew`, `release`
-/// or `read`, as [`idem_core::record::Command::name`] names them), exactly as the store
-/// loads it: for auditing, and for tools that drive a server with the scripts directly.
+/// or `read`, as [`idem_core::record::Command::name`] names them, or `complete_own`, the
+/// fast complete), exactly as the store sends it: for auditing, and for tools that drive a
+/// server with the scripts directly.
 pub fn source(command: &str) -> Option<String> {
     let body = match command {
         "reserve" => RESERVE,
@@ -72,6 +90,7 @@ pub fn source(command: &str) -> Option<String> {
         "renew" => RENEW,
         "release" => RELEASE,
         "read" => READ,
+        "complete_own" => return Some(COMPLETE_OWN.to_owned()),
         _ => return None,
     };
     // Each part after a line break of its own: the same bytes, and so the same SHA1, as the
@@ -79,13 +98,27 @@ pub fn source(command: &str) -> Option<String> {
     Some(format!("\n{PRELUDE}\n{body}"))
 }
 
-/// The five scripts, each with its SHA1 computed once. `redis::Script` runs `EVALSHA` and,
-/// when the server's script cache does not hold it (a restart, `SCRIPT FLUSH`, a new
-/// Cluster node), loads it and runs `EVALSHA` again.
+/// One script as the store sends it: its source and its SHA1.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub(crate) source: String,
+    pub(crate) sha1: String,
+}
+
+impl Script {
+    fn named(name: &str) -> Self {
+        let source = source(name).unwrap_or_default();
+        let sha1 = redis::Script::new(&source).get_hash().to_owned();
+        Self { source, sha1 }
+    }
+}
+
+/// The six scripts, each with its SHA1 computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) reserve: Script,
     pub(crate) complete: Script,
+    pub(crate) complete_own: Script,
     pub(crate) renew: Script,
     pub(crate) release: Script,
     pub(crate) read: Script,
@@ -93,13 +126,13 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let build = |name: &str| Script::new(&source(name).unwrap_or_default());
         Self {
-            reserve: build("reserve"),
-            complete: build("complete"),
-            renew: build("renew"),
-            release: build("release"),
-            read: build("read"),
+            reserve: Script::named("reserve"),
+            complete: Script::named("complete"),
+            complete_own: Script::named("complete_own"),
+            renew: Script::named("renew"),
+            release: Script::named("release"),
+            read: Script::named("read"),
         }
     }
 }
@@ -144,5 +177,8 @@ mod tests {
         assert!(sources.iter().all(|lua| lua.contains("redis.call('TIME')")));
         assert_eq!(sources.len(), 5, "five different scripts");
         assert_eq!(source("publish"), None);
+        // The fast complete reads no clock and no deadline.
+        let own = source("complete_own").expect("the fast complete");
+        assert!(!own.contains("TIME") && !own.contains("PEXPIRETIME"));
     }
 }

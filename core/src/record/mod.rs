@@ -15,11 +15,13 @@ use std::time::Duration;
 use crate::time::Timestamp;
 use crate::{Fingerprint, OwnerToken};
 
+mod live;
 mod replay_life;
 mod transition;
 
+pub use live::{LiveRecord, LiveReserve, reserve_live};
 pub use replay_life::{REPLAY_LIFE_SLACK, replay_life};
-pub use transition::{apply, commits, reserve_live};
+pub use transition::{apply, commits};
 
 /// A stored result: the JSON (or other encoding) of the action's value, as the driver wrote
 /// it. The core never looks inside.
@@ -317,7 +319,7 @@ pub enum Reply {
         /// How long the record has left at the instant the store answered, on the store's
         /// clock (its `expires_at` minus that `now`), if the store read its clock to answer.
         /// The record machine always says; a store that answers a live record from its
-        /// bytes alone ([`reserve_live`], the Redis single-command reserve) leaves it unsaid.
+        /// bytes alone ([`LiveReserve::reply_without_clock`], the Redis fast reserve) leaves it unsaid.
         /// Nothing in the attempt protocol reads it: a driver's replay cache does, and keeps
         /// the record for less than this (MODEL.md, "The replay cache").
         remaining: Option<Duration>,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::live::reserve_live;
 use super::{
     Command, Completion, Record, Refusal, Reply, Reservation, StoredResult, Transition, Write,
 };
@@ -84,48 +85,10 @@ fn reserve(
             }),
         };
     };
-    let reply = match reserve_live(record, owner, fingerprint) {
-        // The machine read its clock: it says how long the completed record has left.
-        Reply::Replay { result, .. } => Reply::Replay {
-            result,
-            remaining: Some(record.expires_at().saturating_duration_since(now)),
-        },
-        reply => reply,
-    };
+    // The machine's answer for a live record reads no clock; the record's deadline and `now`
+    // then give its times.
+    let reply = reserve_live(record.live(), owner, fingerprint).reply_at(record.expires_at(), now);
     Transition::unchanged(reply)
-}
-
-/// The answer to a reserve of a **live** record, which changes nothing and reads no clock:
-/// key reuse for another fingerprint (`I4`), the owner's own reservation back (`I11`), "in
-/// flight" for another owner's, or the completed result. A store that learns a key is live
-/// without reading its clock (the Redis single-command reserve) asks this function, so that
-/// "needs no clock" is a fact of the signature.
-pub fn reserve_live(record: &Record, owner: OwnerToken, fingerprint: Fingerprint) -> Reply {
-    if record.fingerprint() != fingerprint {
-        // I4: another request's record; never replayed, never waited for.
-        return Reply::KeyReuse {
-            stored: record.fingerprint(),
-        };
-    }
-    match record {
-        Record::Pending {
-            owner: holder,
-            lease_until,
-            ..
-        } if *holder == owner => Reply::Reserved(Reservation {
-            // I11: the owner's retried reserve gets its reservation back, unchanged.
-            owner,
-            lease_until: Some(*lease_until),
-        }),
-        Record::Pending { lease_until, .. } => Reply::InFlight {
-            lease_until: *lease_until,
-        },
-        // Without a clock, how long the record has left stays unsaid.
-        Record::Completed { result, .. } => Reply::Replay {
-            result: result.clone(),
-            remaining: None,
-        },
-    }
 }
 
 fn complete(

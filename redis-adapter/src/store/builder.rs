@@ -13,7 +13,7 @@ use thiserror::Error;
 use super::connection::Connection;
 use super::stats::Counters;
 use super::{Inner, RedisStore};
-use crate::layout::KeyLayout;
+use crate::layout::{KeyLayout, PrefixError};
 use crate::notices::{self, Notices, Source};
 use crate::scripts::Scripts;
 
@@ -48,36 +48,42 @@ pub enum ConnectError {
     /// The first connection did not complete within the connect timeout.
     #[error("connecting to Redis took longer than {0:?}")]
     ConnectTimeout(Duration),
+    /// The key prefix is refused ([`crate::layout`]).
+    #[error(transparent)]
+    Prefix(#[from] PrefixError),
 }
 
 /// Settings for [`RedisStore`]; see [`RedisStore::builder`].
 #[derive(Debug, Clone)]
 pub struct RedisStoreBuilder {
-    layout: KeyLayout,
+    layout: Result<KeyLayout, PrefixError>,
     command_timeout: Duration,
     connect_timeout: Duration,
     reply_timeout: Duration,
     health_check: Duration,
     watch: bool,
     fast_reserve: bool,
+    fast_complete: bool,
 }
 
 impl Default for RedisStoreBuilder {
     fn default() -> Self {
         Self {
-            layout: KeyLayout::default(),
+            layout: Ok(KeyLayout::default()),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             reply_timeout: idem_core::Options::default().reply_timeout(),
             health_check: DEFAULT_NOTICE_HEALTH_CHECK,
             watch: true,
             fast_reserve: true,
+            fast_complete: true,
         }
     }
 }
 
 impl RedisStoreBuilder {
-    /// The prefix of every record key (default `idem:`); see [`crate::layout`].
+    /// The prefix of every record key (default `idem:`); see [`crate::layout`]. A prefix
+    /// with a brace is refused when the store is built ([`ConnectError::Prefix`]).
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.layout = KeyLayout::new(prefix);
@@ -144,19 +150,27 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Whether a reserve is first tried as one plain command, `SET key <reservation> NX PX
-    /// <lease-1> GET` (default on; see [`crate::fast_reserve`]). It answers a fresh key, a
-    /// replay, key reuse and a waiter's repeated reserve without a script, and hands the
-    /// rest to the reserve script, at the cost of a second request. Off, every reserve is
-    /// the script. A grant made by the fast reserve reports no lease end
-    /// ([`idem_core::Reservation::lease_until`] is `None`).
-    ///
-    /// The fast reserve is a record state (5) that a store from before this option existed reads
-    /// as corrupt: while such stores share a server with this one, turn the option off, and
-    /// on once every instance runs a version that has it.
+    /// Whether a reserve is first tried as one plain command, `SET key <pending record> NX
+    /// PX <lease-1> GET` (default on; see [`crate::fast_reserve`]). It answers a fresh key, a
+    /// replay and key reuse without a script, and hands the rest ("in flight", a value this
+    /// adapter did not write) to the reserve script, at the cost of a second request. Off,
+    /// every reserve is the script. A grant made by the fast reserve reports no lease end
+    /// ([`idem_core::Reservation::lease_until`] is `None`), and a replay it answers does not
+    /// say how long its record has left (so a driver's replay cache does not keep it).
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
         self.fast_reserve = on;
+        self
+    }
+
+    /// Whether a complete is first tried as the fast complete (default on; see
+    /// [`crate::scripts`]): a script without a clock or a prelude that completes the owner's
+    /// own pending record if no waiter marked it, and otherwise changes nothing and hands the
+    /// complete to the complete script, at the cost of a second request. Off, every complete
+    /// is the complete script.
+    #[must_use]
+    pub fn fast_complete(mut self, on: bool) -> Self {
+        self.fast_complete = on;
         self
     }
 
@@ -169,6 +183,7 @@ impl RedisStoreBuilder {
     /// Uses `client` for a standalone server, through a reconnecting connection manager
     /// configured with this builder's timeouts.
     pub async fn from_client(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let layout = self.layout.clone()?;
         let config = self.manager_config();
         let manager = self
             .first_connection(ConnectionManager::new_with_config(client.clone(), config))
@@ -177,7 +192,7 @@ impl RedisStoreBuilder {
             Some(source) => Some(Notices::start(source, self.notice_settings()).await),
             None => None,
         };
-        Ok(self.build(Connection::Standalone(manager), notices))
+        Ok(self.build(layout, Connection::Standalone(manager), notices))
     }
 
     /// A standalone store that connects on its first command, so that a service can start
@@ -191,13 +206,14 @@ impl RedisStoreBuilder {
 
     /// As [`connect_lazy`](Self::connect_lazy), with an existing client.
     pub fn from_client_lazy(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
+        let layout = self.layout.clone()?;
         let manager =
             ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
                 .map_err(ConnectError::Config)?;
         let notices = self
             .notice_source(&client)?
             .map(|source| Notices::spawn(source, self.notice_settings()).0);
-        Ok(self.build(Connection::Standalone(manager), notices))
+        Ok(self.build(layout, Connection::Standalone(manager), notices))
     }
 
     /// Where a standalone store's notices come from, if it has them.
@@ -290,6 +306,7 @@ impl RedisStoreBuilder {
         client: ClusterClient,
         notices: Option<ClusterClient>,
     ) -> Result<RedisStore, ConnectError> {
+        let layout = self.layout.clone()?;
         let connection = self
             .first_connection(async move { client.get_async_connection().await })
             .await?;
@@ -300,7 +317,7 @@ impl RedisStoreBuilder {
             }
             None => None,
         };
-        Ok(self.build(Connection::Cluster(connection), notices))
+        Ok(self.build(layout, Connection::Cluster(connection), notices))
     }
 
     async fn first_connection<C>(
@@ -316,14 +333,20 @@ impl RedisStoreBuilder {
         }
     }
 
-    fn build(self, connection: Connection, notices: Option<Notices>) -> RedisStore {
+    fn build(
+        self,
+        layout: KeyLayout,
+        connection: Connection,
+        notices: Option<Notices>,
+    ) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 connection,
                 notices,
-                layout: self.layout,
+                layout,
                 command_timeout: self.command_timeout,
                 fast_reserve: self.fast_reserve,
+                fast_complete: self.fast_complete,
                 scripts: Scripts::new(),
                 counters: Counters::default(),
             }),

@@ -7,7 +7,6 @@ use idem_core::{Key, Operation};
 use redis::Value;
 
 use super::RedisStore;
-use super::connection::Connection;
 use super::reply::UnexpectedReply;
 use crate::codec;
 use crate::fast_reserve::{self, Decision};
@@ -20,7 +19,7 @@ use crate::fast_reserve::{self, Decision};
 pub const MAX_FAST_RESERVE_LEASE_MS: u64 = 1 << 52;
 
 impl RedisStore {
-    /// The lease of `command` in milliseconds if it is a reserve to try as a bare reservation. The key
+    /// The lease of `command` in milliseconds if it is a reserve to try as the fast reserve. The key
     /// expires one millisecond before the lease end, so a lease under two milliseconds
     /// (only a test sends one) is left to the script; so is one over [`MAX_FAST_RESERVE_LEASE_MS`],
     /// whose end could pass the largest deadline a record holds, where the script caps it.
@@ -51,21 +50,13 @@ impl RedisStore {
         let redis_key = self.inner.layout.record_key(operation, key);
         let mut set = redis::cmd("SET");
         set.arg(&redis_key)
-            .arg(codec::encode_bare_reservation(*owner, *fingerprint))
+            .arg(codec::encode_pending(*owner, *fingerprint))
             .arg("NX")
             .arg("PX")
             .arg(lease_ms - 1)
             .arg("GET");
         let call = async {
-            let reply = match &self.inner.connection {
-                Connection::Standalone(manager) => {
-                    set.query_async::<Value>(&mut manager.clone()).await
-                }
-                Connection::Cluster(cluster) => {
-                    set.query_async::<Value>(&mut cluster.clone()).await
-                }
-            };
-            match reply {
+            match self.query(&set).await {
                 // The server refused the command, so it changed nothing: a key of another
                 // type (`WRONGTYPE`), or a write refused where the script may still answer
                 // by reading (`OOM` under `maxmemory`, which refuses `SET … NX` even when
@@ -88,9 +79,8 @@ impl RedisStore {
                 ));
             }
         };
-        let watch = self.inner.notices.is_some();
         Ok(
-            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint, watch) {
+            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint) {
                 Decision::Answer(reply) => Some(reply),
                 Decision::Script => None,
             },

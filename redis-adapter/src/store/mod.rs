@@ -43,7 +43,7 @@ use self::stats::Counters;
 ///
 /// Every command is one Lua script on one key ([`crate::scripts`]), judged by the server's
 /// clock, except that a reserve is first tried as one plain `SET … NX … GET`
-/// ([`crate::fast_reserve`]); records are laid out as in [`crate::codec`] under the keys of
+/// ([`crate::fast_reserve`]) and a complete as the fast complete, which needs no clock; records are laid out as in [`crate::codec`] under the keys of
 /// [`crate::layout`]. Cheap to clone: clones share one connection.
 ///
 /// Every failure whose effect is unknown (a timeout, a dropped connection, a server error
@@ -61,6 +61,7 @@ struct Inner {
     layout: KeyLayout,
     command_timeout: Duration,
     fast_reserve: bool,
+    fast_complete: bool,
     scripts: Scripts,
     counters: Counters,
 }
@@ -76,6 +77,7 @@ impl fmt::Debug for Inner {
                 &self.notices.as_ref().map(Notices::publish_command),
             )
             .field("single_command_reserve", &self.fast_reserve)
+            .field("fast_complete", &self.fast_complete)
             .finish_non_exhaustive()
     }
 }
@@ -127,6 +129,14 @@ impl Store for RedisStore {
         if let Some(lease_ms) = self.fast_reserve_lease(&command)
             && let Some(reply) =
                 self.count(self.fast_reserve(operation, key, &command, lease_ms).await)?
+        {
+            return Ok(reply);
+        }
+        if let Some(retention_ms) = self.fast_complete_retention(&command)
+            && let Some(reply) = self.count(
+                self.fast_complete(operation, key, &command, retention_ms)
+                    .await,
+            )?
         {
             return Ok(reply);
         }

@@ -126,9 +126,10 @@ pub(super) fn parse_reply(
         }
         (Command::Release { .. }, b'D') => Reply::Released,
         (Command::Read, b'E') => Reply::Read(None),
-        (Command::Read, b'V') => match field {
-            Some(Value::BulkString(raw)) => match codec::decode(&raw) {
-                Ok(record) => Reply::Read(Some(record)),
+        // The value, then its deadline (the key's expiry plus one millisecond).
+        (Command::Read, b'V') => match (field, int(&items.next())) {
+            (Some(Value::BulkString(raw)), Some(deadline)) => match codec::decode(&raw) {
+                Ok(stored) => Reply::Read(Some(stored.until(Timestamp::from_millis(deadline)))),
                 Err(error) => {
                     return Err(StoreError::Corrupt {
                         key: redis_key.to_owned(),
@@ -136,7 +137,7 @@ pub(super) fn parse_reply(
                     });
                 }
             },
-            other => return Err(unexpected(format!("record {other:?}"))),
+            (field, deadline) => return Err(unexpected(format!("record {field:?}, {deadline:?}"))),
         },
         (_, tag) => return Err(unexpected(format!("tag {:?}", char::from(tag)))),
     };

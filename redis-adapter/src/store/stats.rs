@@ -16,6 +16,9 @@ pub struct StoreStats {
     pub unavailable: u64,
     /// Commands refused because the key holds a value this adapter did not write.
     pub corrupt: u64,
+    /// Scripts the server did not hold (`NOSCRIPT`: a restart, `SCRIPT FLUSH`, a new Cluster
+    /// node), sent again with `EVAL` and their source.
+    pub script_fallbacks: u64,
     /// Change notices received ([`crate::notices`]).
     pub notices: u64,
     /// Reads of a waited-on record made once its key's subscription was live (a waiter
@@ -35,6 +38,7 @@ pub(super) struct Counters {
     commands: AtomicU64,
     unavailable: AtomicU64,
     corrupt: AtomicU64,
+    pub(super) script_fallbacks: AtomicU64,
 }
 
 impl RedisStore {
@@ -45,6 +49,7 @@ impl RedisStore {
             commands: c.commands.load(Ordering::Relaxed),
             unavailable: c.unavailable.load(Ordering::Relaxed),
             corrupt: c.corrupt.load(Ordering::Relaxed),
+            script_fallbacks: c.script_fallbacks.load(Ordering::Relaxed),
             ..StoreStats::default()
         };
         if let Some(notices) = &self.inner.notices {
