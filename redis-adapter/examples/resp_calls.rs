@@ -1,9 +1,10 @@
 //! Writes to stdout, as raw RESP, the requests the store sends for `N` calls, so that a
-//! server's own cost per call can be counted apart from any client: `fresh` is a
-//! single-command reserve and a complete script on each of `N` new keys; `replay` is the
-//! same followed by one reserve on each completed key; `scripted` is `fresh` with the
-//! reserve sent as the reserve script instead (the store's path with
-//! `single_command_reserve(false)`); `ping` is `N` PINGs.
+//! server's own cost per call can be counted apart from any client: `fresh` is a fast
+//! reserve and a fast complete on each of `N` new keys (the store's path by default);
+//! `replay` is the same followed by one reserve on each completed key; `complete-script` is
+//! `fresh` with the complete sent as the complete script (`fast_complete(false)`);
+//! `scripted` sends both as their scripts (`single_command_reserve(false)` and
+//! `fast_complete(false)`); `ping` is `N` PINGs.
 //!
 //! ```text
 //! cargo run -p idem-redis --example resp_calls -- fresh 20000 > fresh.resp
@@ -15,8 +16,9 @@
 
 use std::io::{self, Write};
 
-use idem_core::{Fingerprint, OwnerToken};
-use idem_redis::{codec, scripts};
+use idem_core::record::StoredResult;
+use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken};
+use idem_redis::{KeyLayout, codec, scripts};
 
 /// One request in RESP: an array of bulk strings.
 fn request(out: &mut Vec<u8>, args: &[&[u8]]) {
@@ -31,18 +33,31 @@ fn request(out: &mut Vec<u8>, args: &[&[u8]]) {
 fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(kind), Some(Ok(calls))) = (args.next(), args.next().map(|n| n.parse::<u64>())) else {
-        eprintln!("usage: resp_calls fresh|replay|scripted|ping N");
+        eprintln!("usage: resp_calls fresh|replay|complete-script|scripted|ping N");
         std::process::exit(2);
     };
     let owner = OwnerToken::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
     let fingerprint = Fingerprint::of_bytes(b"{\"amount\":100}");
     let (owner_bytes, fingerprint_bytes) = (owner.to_bytes(), fingerprint.to_bytes());
-    let reservation = codec::encode_bare_reservation(owner, fingerprint);
+    let reservation = codec::encode_pending(owner, fingerprint);
+    let body = b"\"ch_1\"";
+    let completed = codec::encode_completed(
+        owner,
+        fingerprint,
+        &StoredResult::Value(Body::new(&body[..])),
+    );
     let complete = scripts::source("complete").unwrap_or_default();
     let sha = redis::Script::new(&complete).get_hash().to_owned();
+    let complete_own = scripts::source("complete_own").unwrap_or_default();
+    let own_sha = redis::Script::new(&complete_own).get_hash().to_owned();
     let reserve_script = scripts::source("reserve").unwrap_or_default();
     let reserve_sha = redis::Script::new(&reserve_script).get_hash().to_owned();
-    let key = |i: u64| format!("idem:payment.charge:order-{i:08}");
+    let layout = KeyLayout::default();
+    let operation = Operation::new("payment.charge").unwrap_or_else(|_| unreachable!());
+    let key = |i: u64| {
+        let key = Key::new(format!("order-{i:08}")).unwrap_or_else(|_| unreachable!());
+        layout.record_key(&operation, &key)
+    };
     // The store's reserve: a 30 s lease, the key expiring a millisecond before it ends.
     let reserve = |out: &mut Vec<u8>, i: u64| {
         let key = key(i);
@@ -62,8 +77,9 @@ fn main() -> io::Result<()> {
     let mut out = Vec::new();
     match kind.as_str() {
         "ping" => (0..calls).for_each(|_| request(&mut out, &[b"PING"])),
-        "fresh" | "replay" | "scripted" => {
+        "fresh" | "replay" | "complete-script" | "scripted" => {
             request(&mut out, &[b"SCRIPT", b"LOAD", complete.as_bytes()]);
+            request(&mut out, &[b"SCRIPT", b"LOAD", complete_own.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", reserve_script.as_bytes()]);
             for i in 0..calls {
                 if kind == "scripted" {
@@ -83,9 +99,24 @@ fn main() -> io::Result<()> {
                 } else {
                     reserve(&mut out, i);
                 }
-                // As `RedisStore` sends a complete: owner, fingerprint, "a body follows",
-                // the body, one day's retention, no change channel.
                 let key = key(i);
+                if kind == "fresh" || kind == "replay" {
+                    // The fast complete: the pending record, the completed one, one day's
+                    // retention less a millisecond.
+                    let complete: [&[u8]; 7] = [
+                        b"EVALSHA",
+                        own_sha.as_bytes(),
+                        b"1",
+                        key.as_bytes(),
+                        &reservation,
+                        &completed,
+                        b"86399999",
+                    ];
+                    request(&mut out, &complete);
+                    continue;
+                }
+                // As `RedisStore` sends the complete script: owner, fingerprint, "a body
+                // follows", the body, one day's retention, no change channel.
                 let complete: [&[u8]; 10] = [
                     b"EVALSHA",
                     sha.as_bytes(),
@@ -94,7 +125,7 @@ fn main() -> io::Result<()> {
                     &owner_bytes,
                     &fingerprint_bytes,
                     b"1",
-                    b"\"ch_1\"",
+                    body,
                     b"86400000",
                     b"",
                 ];
@@ -105,7 +136,7 @@ fn main() -> io::Result<()> {
             }
         }
         _ => {
-            eprintln!("unknown kind {kind:?}: fresh, replay, scripted or ping");
+            eprintln!("unknown kind {kind:?}: fresh, replay, complete-script, scripted or ping");
             std::process::exit(2);
         }
     }

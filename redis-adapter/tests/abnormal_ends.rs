@@ -282,11 +282,8 @@ async fn a_panic_after_the_charge_is_recorded_and_the_retry_gets_outcome_unknown
         assert_eq!((value.len(), value[3]), (codec::HEADER_LEN, 6), "{mode:?}");
         assert!(
             matches!(
-                codec::decode(&value),
-                Ok(Record::Completed {
-                    result: StoredResult::Panicked,
-                    ..
-                })
+                codec::decode(&value).map(|stored| stored.state),
+                Ok(codec::StoredState::Completed(StoredResult::Panicked))
             ),
             "{mode:?}"
         );

@@ -70,11 +70,11 @@ fn the_single_command_reserve_agrees_with_the_record_machine_on_a_cluster() {
         let conn = client.get_async_connection().await.unwrap();
         (store(&cluster, DEFAULT_COMMAND_TIMEOUT).await, conn)
     });
-    let fast_reserving = support::differential::FastReserving::new(store, conn);
-    if let Err(failure) = support::differential::check(&runtime, &fast_reserving, 60) {
+    let fast_paths = support::differential::FastPaths::new(store, conn);
+    if let Err(failure) = support::differential::check(&runtime, &fast_paths, 60) {
         panic!("{failure}");
     }
-    assert_eq!(fast_reserving.store.stats().unavailable, 0);
+    assert_eq!(fast_paths.store.stats().unavailable, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //!
 //! The checker is shown to catch bugs: the deliberately broken stores of `idem_check`'s
 //! catalogue that can be played in front of the real store (each owner check forgotten, the
-//! fingerprint check forgotten, a panic recorded as a result not stored), and a bare reservation whose
+//! fingerprint check forgotten, a panic recorded as a result not stored), and a fast reserve whose
 //! key outlives its lease, built here in the harness around the real store, must each be
 //! caught.
 
@@ -14,7 +14,7 @@ use idem_check::Variant;
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{FastReserving, check};
+use support::differential::{FastPaths, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -36,38 +36,38 @@ fn redis_agrees_with_the_record_machine() {
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
 
-/// A store built by `builder` on `server`, its reserves taking the single-command path.
-fn fast_reserving(
+/// A store built by `builder` on `server`, its reserves and completes taking the fast paths.
+fn fast_paths(
     runtime: &tokio::runtime::Runtime,
     server: &RedisServer,
     builder: idem_redis::RedisStoreBuilder,
-) -> FastReserving {
+) -> FastPaths {
     runtime.block_on(async {
         let store = builder.connect(&server.url()).await.unwrap();
-        FastReserving::new(store, server.conn().await)
+        FastPaths::new(store, server.conn().await)
     })
 }
 
 #[test]
-fn the_single_command_reserve_agrees_with_the_record_machine() {
+fn the_fast_paths_agree_with_the_record_machine() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let fast_reserving = fast_reserving(&runtime, &server, RedisStore::builder());
-    if let Err(failure) = check(&runtime, &fast_reserving, 200) {
+    let fast_paths = fast_paths(&runtime, &server, RedisStore::builder());
+    if let Err(failure) = check(&runtime, &fast_paths, 200) {
         panic!("{failure}");
     }
-    let stats = fast_reserving.store.stats();
+    let stats = fast_paths.store.stats();
     assert_eq!(stats.unavailable + stats.corrupt, 0);
 }
 
-/// Without change notices nobody marks a record, so a waiter's fast reserve answers "in flight"
-/// itself from a record's bytes.
+/// Without change notices nobody marks a record, so every complete by its owner takes the
+/// fast complete.
 #[test]
-fn the_single_command_reserve_agrees_without_change_notices() {
+fn the_fast_paths_agree_without_change_notices() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let fast_reserving = fast_reserving(&runtime, &server, RedisStore::builder().watch(false));
-    if let Err(failure) = check(&runtime, &fast_reserving, 200) {
+    let fast_paths = fast_paths(&runtime, &server, RedisStore::builder().watch(false));
+    if let Err(failure) = check(&runtime, &fast_paths, 200) {
         panic!("{failure}");
     }
 }
@@ -76,9 +76,9 @@ fn the_single_command_reserve_agrees_without_change_notices() {
 fn the_checker_catches_a_fast_reserve_that_outlives_its_lease() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let broken = FastReserving {
+    let broken = FastPaths {
         outlives_lease: true,
-        ..fast_reserving(&runtime, &server, RedisStore::builder())
+        ..fast_paths(&runtime, &server, RedisStore::builder())
     };
     let failure = check(&runtime, &broken, 256).expect_err("must be caught");
     assert!(failure.contains("lease"), "{failure}");

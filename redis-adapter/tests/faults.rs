@@ -250,8 +250,8 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
     // The reserve was the fast reserve, whose lease end is the key's expiry.
     let owner = OwnerToken::from_u128(2);
     assert!(
-        matches!(codec::decode_stored(&raw), Ok(codec::Stored::BareReservation { owner: o, .. }) if o == owner),
-        "a bare reservation of the stalled caller"
+        matches!(codec::decode(&raw), Ok(codec::Stored { owner: o, state: codec::StoredState::Pending { .. }, .. }) if o == owner),
+        "a pending record of the stalled caller"
     );
     let retry = Command::Reserve {
         owner,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use idem::{Store, StoreError};
 use idem_core::record::{Command, Completion, Refusal, Reply, StoredResult};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Record, Timestamp};
-use idem_redis::{RedisStore, codec};
+use idem_redis::{ConnectError, PrefixError, RedisStore, codec};
 use redis::AsyncCommands;
 use support::RedisServer;
 
@@ -339,35 +339,36 @@ async fn time_is_the_servers() {
     let pttl: i64 = conn.pttl(&redis_key).await.unwrap();
     assert!(pttl > 0 && pttl <= 30_000, "PTTL {pttl}");
 
-    // A record whose deadline has passed on the server's clock is absent, even while Redis
-    // still holds the key (planted here without a TTL): the script judges by TIME.
-    let now = server_now(&mut conn).await;
-    let planted = |deadline: u64| {
-        codec::encode(&Record::Pending {
-            owner: OwnerToken::from_u128(9),
-            fingerprint: Fingerprint::of_bytes(b"a"),
-            lease_until: Timestamp::from_millis(deadline),
-        })
-    };
-    let _: () = conn.set(&redis_key, planted(now - 1)).await.unwrap();
-    assert!(matches!(
+    // One rule for liveness (layout 2): a record is live exactly while its key exists, and
+    // its deadline is the key's expiry. A key without an expiry (an operator's `PERSIST`)
+    // holds a record that never ends; both the fast reserve and the script say so.
+    let planted = codec::encode_pending(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"));
+    let _: () = conn.set(&redis_key, &planted).await.unwrap();
+    assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::Reserved(r) if r.owner == OwnerToken::from_u128(2)
-    ));
-    // One whose deadline is ahead of the server's clock is live, whatever its TTL.
-    let _: () = conn.set(&redis_key, planted(now + 60_000)).await.unwrap();
+        Reply::InFlight {
+            lease_until: Timestamp::from_millis(codec::MAX_DEADLINE_MS)
+        }
+    );
+    // An expiry changed by hand (`PEXPIRE`) is the record's new deadline, for every path.
+    let _: () = conn.pexpire(&redis_key, 60_000).await.unwrap();
+    let expiry: i64 = redis::cmd("PEXPIRETIME")
+        .arg(&redis_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(
         store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
         Reply::InFlight {
-            lease_until: Timestamp::from_millis(now + 60_000)
+            lease_until: Timestamp::from_millis(u64::try_from(expiry).unwrap() + 1)
         }
     );
 }
 
 /// Redis holds a key exactly while its record is live: the key expires one millisecond
 /// before the record's deadline (Redis keeps a key while its clock is at or before the
-/// expiry; the record machine drops a record once `now` reaches the deadline). A bare reservation's
-/// lease end is its key's expiry plus one.
+/// expiry; the record machine drops a record once `now` reaches the deadline). A record's
+/// deadline is its key's expiry plus one.
 #[tokio::test]
 async fn keys_expire_exactly_when_their_records_do() {
     let server = RedisServer::start();
@@ -394,7 +395,7 @@ async fn keys_expire_exactly_when_their_records_do() {
         record
     };
 
-    // A bare reservation: the single-command reserve.
+    // The fast reserve.
     let before = server_now(&mut conn).await;
     let granted = store.apply(&o, &k, reserve(1, b"a")).await.unwrap();
     let after = server_now(&mut conn).await;
@@ -457,7 +458,7 @@ async fn a_server_out_of_memory_still_replays() {
     // The fast reserve itself is refused.
     let refused: redis::RedisResult<redis::Value> = redis::cmd("SET")
         .arg(store.layout().record_key(&o, &k))
-        .arg(codec::encode_bare_reservation(
+        .arg(codec::encode_pending(
             OwnerToken::from_u128(2),
             Fingerprint::of_bytes(b"a"),
         ))
@@ -522,11 +523,9 @@ async fn the_longest_leases_stay_readable() {
 
 /// Values this adapter did not write, each planted with raw commands.
 async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: &str, kind: &str) {
-    let good = codec::encode(&Record::Pending {
-        owner: OwnerToken::from_u128(1),
-        fingerprint: Fingerprint::of_bytes(b"a"),
-        lease_until: Timestamp::from_millis(u64::MAX / 4),
-    });
+    // Another owner's pending record, so that the fast reserve hands the defective values
+    // that still decode to the script.
+    let good = codec::encode_pending(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"));
     let _: () = conn.del(redis_key).await.unwrap();
     match kind {
         "garbage" => conn.set(redis_key, b"\xff\x00not a record").await.unwrap(),
@@ -538,9 +537,18 @@ async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: 
         "hash" => conn.hset(redis_key, "status", "done").await.unwrap(),
         "list" => conn.rpush(redis_key, "x").await.unwrap(),
         "set" => conn.sadd(redis_key, "x").await.unwrap(),
-        "version 2" => {
+        "version 3" => {
             let mut bytes = good.clone();
-            bytes[2] = 2;
+            bytes[2] = 3;
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        // Layout 1's record, under this layout's key: not read, never rewritten.
+        "layout 1" => {
+            let mut bytes = b"id\x01\x03".to_vec();
+            bytes.extend_from_slice(&good[4..]);
+            bytes.extend_from_slice(&u64::MAX.to_be_bytes()[..2]);
+            bytes.extend_from_slice(&[0; 6]);
+            bytes.extend_from_slice(b"{}");
             conn.set(redis_key, bytes).await.unwrap()
         }
         "unknown state" => {
@@ -548,50 +556,35 @@ async fn plant_foreign(conn: &mut redis::aio::MultiplexedConnection, redis_key: 
             bytes[3] = 7;
             conn.set(redis_key, bytes).await.unwrap()
         }
-        "truncated" => conn.set(redis_key, &good[..59]).await.unwrap(),
+        // Layout 1's bare reservation state.
+        "state 5" => {
+            let mut bytes = good.clone();
+            bytes[3] = 5;
+            conn.set(redis_key, bytes).await.unwrap()
+        }
+        "truncated" => conn.set(redis_key, &good[..51]).await.unwrap(),
         "trailing bytes" => {
             let mut bytes = good.clone();
             bytes.push(b'!');
             conn.set(redis_key, bytes).await.unwrap()
         }
-        // Bare reservations of another owner, so that the single-command reserve hands them to the
-        // script, whose check they fail.
-        "bare reservation with a deadline" => {
-            let mut bytes = foreign_claim();
-            bytes[59] = 1;
-            conn.set(redis_key, bytes).await.unwrap()
-        }
-        "bare reservation without an expiry" => conn.set(redis_key, foreign_claim()).await.unwrap(),
-        "bare reservation expiring past the limit" => redis::cmd("SET")
-            .arg(redis_key)
-            .arg(foreign_claim())
-            .arg("PXAT")
-            .arg(codec::MAX_DEADLINE_MS + 10)
-            .query_async(conn)
-            .await
-            .unwrap(),
         other => panic!("unknown kind {other}"),
     }
 }
 
-fn foreign_claim() -> Vec<u8> {
-    codec::encode_bare_reservation(OwnerToken::from_u128(9), Fingerprint::of_bytes(b"a"))
-}
-
-const FOREIGN: [&str; 13] = [
+const FOREIGN: [&str; 12] = [
     "garbage",
     "empty string",
     "json",
     "hash",
     "list",
     "set",
-    "version 2",
+    "version 3",
+    "layout 1",
     "unknown state",
+    "state 5",
     "truncated",
     "trailing bytes",
-    "bare reservation with a deadline",
-    "bare reservation without an expiry",
-    "bare reservation expiring past the limit",
 ];
 
 #[tokio::test]
@@ -641,7 +634,7 @@ async fn foreign_values_are_reported_and_never_overwritten() {
 async fn keys_and_operations_at_their_limits() {
     let server = RedisServer::start();
     let store = RedisStore::builder()
-        .prefix("{tenant-7}:")
+        .prefix("tenant-7:")
         .connect(&server.url())
         .await
         .unwrap();
@@ -675,12 +668,12 @@ async fn keys_and_operations_at_their_limits() {
         unsaid(store.apply(&o, &k, reserve(2, b"a")).await.unwrap()),
         replay(value(&body))
     );
-    let expected = format!("{{tenant-7}}:{o}:{k}");
-    assert_eq!(expected.len(), 11 + 100 + 1 + 255);
+    let expected = format!("tenant-7:{{}}{o}:{k}");
+    assert_eq!(expected.len(), 9 + 2 + 100 + 1 + 255);
     let exists: bool = conn.exists(&expected).await.unwrap();
     assert!(
         exists,
-        "the record lives under prefix + operation + ':' + key"
+        "the record lives under prefix + '{{}}' + operation + ':' + key"
     );
     let keys: Vec<String> = conn.keys("*").await.unwrap();
     assert_eq!(keys, vec![expected]);
@@ -698,14 +691,42 @@ async fn an_empty_script_cache_is_refilled() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    // The first script sent after the flush is sent again with EVAL, which refills the
+    // cache: the next one is an EVALSHA that the server holds.
+    assert_eq!(store.stats().script_fallbacks, 0);
     assert_eq!(
         store.apply(&o, &k, release(1)).await.unwrap(),
         Reply::Released
     );
+    assert_eq!(store.stats().script_fallbacks, 1);
     assert!(matches!(
         store.apply(&o, &k, reserve(1, b"a")).await,
         Ok(Reply::Reserved(_))
     ));
+    assert_eq!(
+        store.apply(&o, &k, release(1)).await.unwrap(),
+        Reply::Released
+    );
+    assert_eq!(store.stats().script_fallbacks, 1);
+}
+
+#[tokio::test]
+async fn a_prefix_with_a_brace_is_refused_at_connect() {
+    let server = RedisServer::start();
+    for prefix in ["{idem}:", "idem:{", "}"] {
+        let refused = RedisStore::builder()
+            .prefix(prefix)
+            .connect(&server.url())
+            .await;
+        assert!(
+            matches!(&refused, Err(ConnectError::Prefix(PrefixError::Brace { prefix: p })) if p == prefix),
+            "{prefix}: {refused:?}"
+        );
+        let lazy = RedisStore::builder()
+            .prefix(prefix)
+            .connect_lazy(&server.url());
+        assert!(matches!(lazy, Err(ConnectError::Prefix(_))));
+    }
 }
 
 /// The record's footprint: the value's length is fixed by the codec; `MEMORY USAGE` (key,
@@ -727,7 +748,7 @@ async fn record_size() {
         .await
         .unwrap();
     let mut sizes = Vec::new();
-    for (k, value_len) in [(&pending, 60), (&completed, 77)] {
+    for (k, value_len) in [(&pending, 52), (&completed, 69)] {
         let redis_key = store.layout().record_key(&o, k);
         let len: usize = conn.strlen(&redis_key).await.unwrap();
         assert_eq!(len, value_len);

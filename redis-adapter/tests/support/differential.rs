@@ -3,18 +3,19 @@
 //! standalone Redis (`tests/differential.rs`) and on a Cluster (`tests/cluster.rs`).
 //!
 //! The scripts report the server's `now` with each reply; the model is stepped at that same
-//! `now`, so the comparison is exact even though the server's clock is real. The
-//! single-command reserve does not read the clock: a store that uses it reports the window
-//! of server time around the command instead, and the model must give the same reply at
-//! some instant in that window (a grant's unsaid lease end agrees with any). Leases and
-//! retentions of a few milliseconds, with sleeps between steps, make expiry happen often.
+//! `now`, so the comparison is exact even though the server's clock is real. The fast
+//! reserve and the fast complete do not read the clock: a store that uses them reports the
+//! window of server time around the command instead, and the model must give the same reply
+//! at some instant in that window (a grant's unsaid lease end agrees with any); a write they
+//! made is placed exactly by the key's expiry. Leases and retentions of a few milliseconds,
+//! with sleeps between steps, make expiry happen often.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::StoreError;
-use idem_core::record::{Command, CommandKind, Record, Reply, StoredResult, apply};
+use idem_core::record::{Command, CommandKind, Completion, Record, Reply, StoredResult, apply};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_redis::RedisStore;
 use proptest::prelude::*;
@@ -91,11 +92,12 @@ impl TimedStore for RedisStore {
     }
 }
 
-/// The real store, its reserves through [`idem::Store::apply`] so that they take the
-/// single-command path; `conn` reads the server's clock around each of them. A reserve
-/// whose reply carries a lease end, or changes nothing, is placed exactly by the model's
-/// agreement within the window.
-pub struct FastReserving<C = redis::aio::MultiplexedConnection> {
+/// The real store, its reserves and completes through [`idem::Store::apply`] so that they
+/// take the fast paths (the fast reserve, the fast complete); `conn` reads the server's clock
+/// around each of them. A command whose reply carries its times, or that changes nothing, is
+/// placed by the model's agreement within the window; one that wrote a record, by the key's
+/// expiry.
+pub struct FastPaths<C = redis::aio::MultiplexedConnection> {
     pub store: RedisStore,
     /// A plain connection to the server (or, on a Cluster, one that routes by key).
     pub conn: C,
@@ -105,7 +107,7 @@ pub struct FastReserving<C = redis::aio::MultiplexedConnection> {
     pub outlives_lease: bool,
 }
 
-impl<C: Connection> FastReserving<C> {
+impl<C: Connection> FastPaths<C> {
     pub fn new(store: RedisStore, conn: C) -> Self {
         Self {
             store,
@@ -133,10 +135,7 @@ impl<C: Connection> FastReserving<C> {
         }
         let held: Option<Vec<u8>> = redis::cmd("SET")
             .arg(self.store.layout().record_key(operation, key))
-            .arg(idem_redis::codec::encode_bare_reservation(
-                *owner,
-                *fingerprint,
-            ))
+            .arg(idem_redis::codec::encode_pending(*owner, *fingerprint))
             .arg("NX")
             .arg("PX")
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
@@ -159,7 +158,7 @@ impl<C: Connection> FastReserving<C> {
     }
 }
 
-/// What `FastReserving` needs of its own connection.
+/// What `FastPaths` needs of its own connection.
 pub trait Connection: redis::aio::ConnectionLike + Clone + Send + Sync {}
 
 impl<C: redis::aio::ConnectionLike + Clone + Send + Sync> Connection for C {}
@@ -176,17 +175,19 @@ async fn server_now(conn: &mut impl Connection) -> Result<u64, StoreError> {
     Ok(secs * 1000 + micros / 1000)
 }
 
-impl<C: Connection> TimedStore for FastReserving<C> {
+impl<C: Connection> TimedStore for FastPaths<C> {
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timing), StoreError> {
-        if !matches!(command, Command::Reserve { .. }) {
-            // Only a reserve can take the single-command path; the rest are scripts.
-            return TimedStore::apply_timed(&self.store, operation, key, command).await;
-        }
+        let span = match command {
+            Command::Reserve { lease, .. } => lease,
+            Command::Complete { retention, .. } => retention,
+            // Only a reserve and a complete have fast paths; the rest are scripts.
+            _ => return TimedStore::apply_timed(&self.store, operation, key, command).await,
+        };
         let mut conn = self.conn.clone();
         let redis_key = self.store.layout().record_key(operation, key);
         let unavailable = |command: CommandKind| {
@@ -204,28 +205,32 @@ impl<C: Connection> TimedStore for FastReserving<C> {
             .map_err(unavailable(CommandKind::Read))?;
         let before = server_now(&mut conn).await?;
         let reply = self.apply(operation, key, &command).await?;
-        if let (Reply::Reserved(granted), Command::Reserve { lease, .. }) = (&reply, &command)
-            && granted.lease_until.is_none()
-            && !taken
-        {
-            // A fresh bare reservation's lease end is the key's expiry plus one: the grant was made at
-            // that end less the lease. The key may already be gone (a lease of a few ms),
+        // A record this command wrote: a fresh grant (a grant on a key taken before is the
+        // owner's retry of an earlier one, made at an earlier instant), or a completion.
+        let wrote = match &reply {
+            Reply::Reserved(granted) => granted.lease_until.is_none() && !taken,
+            Reply::Completed(Completion::InTime | Completion::AfterLeaseExpiry) => true,
+            _ => false,
+        };
+        if wrote {
+            // The record's deadline is the key's expiry plus one: it was written at that end
+            // less the lease or retention. The key may already be gone (a span of a few ms),
             // and then the window below stands in.
             let expiry: i64 = redis::cmd("PEXPIRETIME")
                 .arg(&redis_key)
                 .query_async(&mut conn)
                 .await
                 .map_err(unavailable(CommandKind::Read))?;
-            let lease = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            let span = u64::try_from(span.as_millis()).unwrap_or(u64::MAX);
             let after = server_now(&mut conn).await?;
             if let Ok(expiry) = u64::try_from(expiry) {
-                let at = (expiry + 1).saturating_sub(lease);
-                // A bare reservation that outlives its lease would be made after the window.
+                let at = (expiry + 1).saturating_sub(span);
+                // A record that outlives its lease would be made after the window.
                 if !(before..=after).contains(&at) {
                     return Err(StoreError::Unavailable {
-                        command: CommandKind::Reserve,
+                        command: command.kind(),
                         source: format!(
-                            "a bare reservation made in {before}..={after} ms expires at {expiry} ms, not one ms before its {lease} ms lease ends"
+                            "a record written in {before}..={after} ms expires at {expiry} ms, not one ms before its {span} ms lease or retention ends"
                         )
                         .into(),
                     });
