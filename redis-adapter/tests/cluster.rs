@@ -59,7 +59,7 @@ fn redis_cluster_agrees_with_the_record_machine() {
 }
 
 #[test]
-fn the_single_command_reserve_agrees_with_the_record_machine_on_a_cluster() {
+fn the_fast_paths_agree_with_the_record_machine_on_a_cluster() {
     let cluster = RedisCluster::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -149,4 +149,68 @@ async fn foreign_values_and_a_stalled_node_on_a_cluster() {
             }
         }
     }
+}
+
+/// Layout 2 hashes the whole Redis key: client keys that all carry one hash tag, `{x}1`,
+/// `{x}2`, …, spread over the masters like any others instead of landing on the slot the
+/// client chose (layout 1 put every one of them on the node of slot `x`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_hash_tags_do_not_choose_the_slot() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster, DEFAULT_COMMAND_TIMEOUT).await;
+    let o = Operation::new("payment.charge").unwrap();
+    let fingerprint = Fingerprint::of_bytes(b"charge");
+    let count = 60;
+    for i in 0..count {
+        let k = Key::new(format!("{{x}}{i}")).unwrap();
+        let reserve = Command::Reserve {
+            owner: OwnerToken::from_u128(1),
+            fingerprint,
+            lease: Duration::from_secs(30),
+        };
+        assert!(matches!(
+            store.apply(&o, &k, reserve).await,
+            Ok(Reply::Reserved(_))
+        ));
+    }
+    let per_node: Vec<u64> = cluster.nodes.iter().map(|n| keys_on(n.port)).collect();
+    assert_eq!(per_node.iter().sum::<u64>(), count);
+    assert!(
+        per_node.iter().all(|&keys| keys > 0 && keys < count),
+        "records per master: {per_node:?}"
+    );
+}
+
+/// A Cluster node that lost its scripts (a restart, `SCRIPT FLUSH`, a new node) gets each one
+/// again with `EVAL`, on the key's own node; every call still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_a_node_lost_are_sent_again_on_the_keys_node() {
+    let cluster = RedisCluster::start();
+    let store = store(&cluster, DEFAULT_COMMAND_TIMEOUT).await;
+    let o = Operation::new("payment.charge").unwrap();
+    let fingerprint = Fingerprint::of_bytes(b"charge");
+    let reserve = |owner| Command::Reserve {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint,
+        lease: Duration::from_secs(30),
+    };
+    for round in 0..2 {
+        for node in &cluster.nodes {
+            raw_command(node.port, "SCRIPT FLUSH").unwrap();
+        }
+        for i in 0..30 {
+            let k = Key::new(format!("k-{round}-{i}")).unwrap();
+            store.apply(&o, &k, reserve(1)).await.unwrap();
+            // Another owner's reserve is "in flight", which only the reserve script answers.
+            assert!(matches!(
+                store.apply(&o, &k, reserve(2)).await,
+                Ok(Reply::InFlight { .. })
+            ));
+        }
+    }
+    let stats = store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
+    // Each flushed master needs the reserve script again, once: the `EVAL` caches it on the
+    // key's node (a `SCRIPT LOAD` sent to some other node would leave it missing there).
+    assert_eq!(stats.script_fallbacks, 2 * cluster.nodes.len() as u64);
 }
