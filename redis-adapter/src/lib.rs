@@ -43,6 +43,14 @@
 //! sent without a deadline, the standalone connection never resends a command (it only
 //! reconnects), and the Cluster client is built with no request retries.
 //!
+//! # A server that may evict is refused
+//!
+//! Every key the store writes has a TTL, so any `maxmemory-policy` but `noeviction` lets
+//! Redis evict a live record, and the next call for its key runs the action again.
+//! Connecting reads the policy (of every master, on a Cluster) and by default refuses such a
+//! server ([`EvictionCheck`], [`ConnectError::EvictingPolicy`]); [`RedisStore::health`]
+//! reads it again at any time.
+//!
 //! Needs Redis 7.0 or later (`SET … NX … GET`, `PEXPIRETIME`); tested on Redis 7.0.
 //!
 //! What Redis guarantees and what it does not (a restart without persistence, asynchronous
@@ -59,6 +67,7 @@ pub use codec::DecodeError;
 pub use layout::{DEFAULT_PREFIX, KeyLayout, PrefixError};
 pub use store::{
     CommandTimeout, ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_NOTICE_HEALTH_CHECK, MAX_FAST_RESERVE_LEASE_MS, RedisStore, RedisStoreBuilder,
-    StoreStats, UnexpectedReply,
+    DEFAULT_NOTICE_HEALTH_CHECK, EvictionCheck, Health, HealthError, MAX_FAST_RESERVE_LEASE_MS,
+    NO_EVICTION, NodePolicy, PolicyReadError, RedisStore, RedisStoreBuilder, StoreStats,
+    UnexpectedReply,
 };

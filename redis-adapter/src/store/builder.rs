@@ -11,6 +11,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use thiserror::Error;
 
 use super::connection::Connection;
+use super::health::{self, PolicyReadError, Unreachable};
 use super::stats::Counters;
 use super::{Inner, RedisStore};
 use crate::layout::{KeyLayout, PrefixError};
@@ -51,6 +52,59 @@ pub enum ConnectError {
     /// The key prefix is refused ([`crate::layout`]).
     #[error(transparent)]
     Prefix(#[from] PrefixError),
+    /// A node's `maxmemory-policy` can evict idem's keys, and an evicted key runs its action
+    /// again (under [`EvictionCheck::Refuse`]).
+    #[error(
+        "Redis node {node} has maxmemory-policy {policy}, which can evict idem's keys (they all \
+         have a TTL) and so run an action a second time; run `CONFIG SET maxmemory-policy \
+         noeviction` on it (and set it in its configuration file)"
+    )]
+    EvictingPolicy {
+        /// The node, `host:port`.
+        node: String,
+        /// Its policy, lower case.
+        policy: String,
+    },
+    /// A node did not tell its `maxmemory-policy`, so the store cannot know that its keys are
+    /// kept (under [`EvictionCheck::Refuse`]).
+    #[error(
+        "could not check that Redis node {node} never evicts idem's keys: {source}; if CONFIG is \
+         disabled or renamed (managed Redis), check by hand that its maxmemory-policy is \
+         noeviction, then connect with EvictionCheck::Warn or EvictionCheck::Skip"
+    )]
+    EvictionPolicyUnknown {
+        /// The node, `host:port`.
+        node: String,
+        /// What it answered.
+        #[source]
+        source: PolicyReadError,
+    },
+}
+
+/// What connecting does about a server that may evict idem's keys (see
+/// [`RedisStoreBuilder::eviction_check`]).
+///
+/// Every key the store writes has a TTL, so under any `maxmemory-policy` but `noeviction`
+/// (every `volatile-*` and `allkeys-*` policy) Redis may drop a live reservation or a stored
+/// result when memory runs short, and the next call for that key runs the action again.
+/// Connecting reads `CONFIG GET maxmemory-policy` from the server, or from every master of a
+/// Cluster, unless the check is [`Skip`](Self::Skip). The lazy connects
+/// ([`RedisStoreBuilder::connect_lazy`], [`RedisStoreBuilder::from_client_lazy`]) never check;
+/// [`RedisStore::health`] checks again at any time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvictionCheck {
+    /// Connecting fails with [`ConnectError::EvictingPolicy`] if any node's policy may evict,
+    /// and with [`ConnectError::EvictionPolicyUnknown`] if a node does not tell its policy
+    /// (`CONFIG` disabled or renamed, as on many managed services; check the policy by hand,
+    /// then use [`Warn`](Self::Warn) or [`Skip`](Self::Skip)). The default.
+    #[default]
+    Refuse,
+    /// Connecting succeeds, and logs a `tracing` warning naming each node whose policy may
+    /// evict, or whose policy it could not read, and the policy.
+    Warn,
+    /// Connecting does not read the policy.
+    Skip,
 }
 
 /// Settings for [`RedisStore`]; see [`RedisStore::builder`].
@@ -64,6 +118,7 @@ pub struct RedisStoreBuilder {
     watch: bool,
     fast_reserve: bool,
     fast_complete: bool,
+    eviction_check: EvictionCheck,
 }
 
 impl Default for RedisStoreBuilder {
@@ -77,6 +132,7 @@ impl Default for RedisStoreBuilder {
             watch: true,
             fast_reserve: true,
             fast_complete: true,
+            eviction_check: EvictionCheck::Refuse,
         }
     }
 }
@@ -174,46 +230,73 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects to a standalone server at `url` (`redis://host:port/db`).
+    /// What connecting does when a node's `maxmemory-policy` may evict idem's keys, or
+    /// cannot be read (default [`EvictionCheck::Refuse`]).
+    ///
+    /// An evicted reservation or result lets the next call for its key run the action a
+    /// second time, and nothing reports it: so by default a store refuses to connect to
+    /// such a server, rather than serve with a guarantee it does not have. Choose
+    /// [`EvictionCheck::Warn`] or [`EvictionCheck::Skip`] where `CONFIG` is disabled and the
+    /// policy was checked by hand, or where the risk is accepted. Either way, an operator
+    /// may change the policy later: [`RedisStore::health`] reads it again.
+    #[must_use]
+    pub fn eviction_check(mut self, check: EvictionCheck) -> Self {
+        self.eviction_check = check;
+        self
+    }
+
+    /// Connects to a standalone server at `url` (`redis://host:port/db`), and checks its
+    /// `maxmemory-policy` as [`eviction_check`](Self::eviction_check) says.
     pub async fn connect(self, url: &str) -> Result<RedisStore, ConnectError> {
         let client = redis::Client::open(url).map_err(ConnectError::Config)?;
         self.from_client(client).await
     }
 
     /// Uses `client` for a standalone server, through a reconnecting connection manager
-    /// configured with this builder's timeouts.
+    /// configured with this builder's timeouts, and checks the server's `maxmemory-policy`
+    /// as [`eviction_check`](Self::eviction_check) says.
     pub async fn from_client(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
         let layout = self.layout.clone()?;
         let config = self.manager_config();
         let manager = self
             .first_connection(ConnectionManager::new_with_config(client.clone(), config))
             .await?;
+        let address = Some(client.get_connection_info().addr().to_string());
+        let connection = Connection::Standalone(manager);
+        self.check_eviction(&connection, address.as_deref()).await?;
         let notices = match self.notice_source(&client)? {
             Some(source) => Some(Notices::start(source, self.notice_settings()).await),
             None => None,
         };
-        Ok(self.build(layout, Connection::Standalone(manager), notices))
+        Ok(self.build(layout, connection, notices, address))
     }
 
     /// A standalone store that connects on its first command, so that a service can start
     /// while Redis is down: its calls then fail open or closed as configured, and succeed
     /// once the server is up. Only a malformed URL is refused. Must be called inside a
     /// tokio runtime.
+    ///
+    /// It cannot check the server's `maxmemory-policy`, whatever
+    /// [`eviction_check`](Self::eviction_check) says: the service should call
+    /// [`RedisStore::health`] once the server is up (and from its health check), and treat a
+    /// store that [can evict](crate::Health::can_evict) as a fault.
     pub fn connect_lazy(self, url: &str) -> Result<RedisStore, ConnectError> {
         let client = redis::Client::open(url).map_err(ConnectError::Config)?;
         self.from_client_lazy(client)
     }
 
-    /// As [`connect_lazy`](Self::connect_lazy), with an existing client.
+    /// As [`connect_lazy`](Self::connect_lazy), with an existing client; it does not check
+    /// the server's `maxmemory-policy` either (call [`RedisStore::health`]).
     pub fn from_client_lazy(self, client: redis::Client) -> Result<RedisStore, ConnectError> {
         let layout = self.layout.clone()?;
+        let address = Some(client.get_connection_info().addr().to_string());
         let manager =
             ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
                 .map_err(ConnectError::Config)?;
         let notices = self
             .notice_source(&client)?
             .map(|source| Notices::spawn(source, self.notice_settings()).0);
-        Ok(self.build(layout, Connection::Standalone(manager), notices))
+        Ok(self.build(layout, Connection::Standalone(manager), notices, address))
     }
 
     /// Where a standalone store's notices come from, if it has them.
@@ -254,6 +337,9 @@ impl RedisStoreBuilder {
     /// [`StoreError::Unavailable`]: idem::StoreError::Unavailable
     ///
     /// Notices go over a second Cluster client of their own, in RESP3 (sharded pub/sub).
+    ///
+    /// Connecting reads the `maxmemory-policy` of every master the client knows, as
+    /// [`eviction_check`](Self::eviction_check) says.
     pub async fn connect_cluster<I, U>(self, nodes: I) -> Result<RedisStore, ConnectError>
     where
         I: IntoIterator<Item = U>,
@@ -293,6 +379,9 @@ impl RedisStoreBuilder {
     /// (`ClusterClientBuilder::use_protocol`); over RESP2 every subscription fails, is
     /// counted in [`StoreStats::notice_connect_failures`](crate::StoreStats), and waiters
     /// rely on their backoff. Turn [`watch`](Self::watch) off for such a client.
+    ///
+    /// Connecting reads the `maxmemory-policy` of every master, as
+    /// [`eviction_check`](Self::eviction_check) says.
     pub async fn from_cluster_client(
         self,
         client: ClusterClient,
@@ -310,6 +399,8 @@ impl RedisStoreBuilder {
         let connection = self
             .first_connection(async move { client.get_async_connection().await })
             .await?;
+        let connection = Connection::Cluster(connection);
+        self.check_eviction(&connection, None).await?;
         let notices = match notices {
             Some(client) => {
                 let source = Source::Cluster(Box::new(client));
@@ -317,7 +408,7 @@ impl RedisStoreBuilder {
             }
             None => None,
         };
-        Ok(self.build(layout, Connection::Cluster(connection), notices))
+        Ok(self.build(layout, connection, notices, None))
     }
 
     async fn first_connection<C>(
@@ -333,15 +424,62 @@ impl RedisStoreBuilder {
         }
     }
 
+    /// Reads every node's `maxmemory-policy` on the connection just made, and refuses,
+    /// warns about or ignores a policy that may evict, as the builder's [`EvictionCheck`]
+    /// says. A connection that fails meanwhile fails the connect, as the first one would.
+    async fn check_eviction(
+        &self,
+        connection: &Connection,
+        address: Option<&str>,
+    ) -> Result<(), ConnectError> {
+        let refuse = match self.eviction_check {
+            EvictionCheck::Skip => return Ok(()),
+            EvictionCheck::Refuse => true,
+            EvictionCheck::Warn => false,
+        };
+        let readings = health::read_policies(connection, address, self.command_timeout)
+            .await
+            .map_err(|unreachable| match unreachable {
+                Unreachable::Failed(error) => ConnectError::Connect(error),
+                Unreachable::Timeout(timeout) => ConnectError::ConnectTimeout(timeout),
+            })?;
+        for (node, reading) in readings {
+            match reading {
+                Ok(policy) if policy == health::NO_EVICTION => {}
+                Ok(policy) if refuse => return Err(ConnectError::EvictingPolicy { node, policy }),
+                Ok(policy) => tracing::warn!(
+                    node = %node,
+                    policy = %policy,
+                    "Redis node {node} has maxmemory-policy {policy}, which can evict idem's \
+                     keys and so run an action a second time; run `CONFIG SET \
+                     maxmemory-policy noeviction` on it"
+                ),
+                Err(source) if refuse => {
+                    return Err(ConnectError::EvictionPolicyUnknown { node, source });
+                }
+                Err(source) => tracing::warn!(
+                    node = %node,
+                    error = %source,
+                    "could not read the maxmemory-policy of Redis node {node} ({source}); \
+                     check by hand that it is noeviction, or idem's keys may be evicted and \
+                     actions run a second time"
+                ),
+            }
+        }
+        Ok(())
+    }
+
     fn build(
         self,
         layout: KeyLayout,
         connection: Connection,
         notices: Option<Notices>,
+        address: Option<String>,
     ) -> RedisStore {
         RedisStore {
             inner: Arc::new(Inner {
                 connection,
+                address,
                 notices,
                 layout,
                 command_timeout: self.command_timeout,

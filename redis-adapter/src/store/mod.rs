@@ -3,6 +3,7 @@
 //! - [`builder`]: the settings, and connecting to a server or a Cluster;
 //! - [`connection`]: the connection commands go out on, and the backstop timeout;
 //! - [`fast_reserve`]: a reserve tried as the single command `SET … NX … GET`;
+//! - [`health`]: whether the server may evict the store's keys;
 //! - [`script`]: every other command as its Lua script;
 //! - [`reply`]: a script's reply read as the record machine's;
 //! - [`stats`]: what the store counts.
@@ -10,6 +11,7 @@
 mod builder;
 mod connection;
 mod fast_reserve;
+mod health;
 mod pending;
 mod reply;
 mod script;
@@ -29,10 +31,11 @@ use crate::scripts::Scripts;
 
 pub use self::builder::{
     ConnectError, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_NOTICE_HEALTH_CHECK,
-    RedisStoreBuilder,
+    EvictionCheck, RedisStoreBuilder,
 };
 pub use self::connection::CommandTimeout;
 pub use self::fast_reserve::MAX_FAST_RESERVE_LEASE_MS;
+pub use self::health::{Health, HealthError, NO_EVICTION, NodePolicy, PolicyReadError};
 pub use self::reply::UnexpectedReply;
 pub use self::stats::StoreStats;
 
@@ -57,6 +60,9 @@ pub struct RedisStore {
 
 struct Inner {
     connection: Connection,
+    /// The standalone server's address, naming it in [`Health`]; `None` on a Cluster, whose
+    /// client names its nodes.
+    address: Option<String>,
     notices: Option<Notices>,
     layout: KeyLayout,
     command_timeout: Duration,
