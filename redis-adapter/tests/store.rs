@@ -176,7 +176,7 @@ async fn a_key_through_its_life() {
     // the script, which reads the lease end and marks the record for the waiter) and for each
     // complete the fast complete leaves to the complete script: a stranger's, the holder's on
     // the record the waiter marked, and the holder's repeat.
-    assert_eq!(store.stats().commands, 17 + 1 + 3);
+    assert_eq!(store.stats().commands, 20);
 
     // A key whose action panicked (rule 11): completed as "outcome unknown", codec state 6,
     // and from then on exactly as completed as a key with a value.
