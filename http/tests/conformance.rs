@@ -588,7 +588,7 @@ async fn a_corrupt_record_is_500_and_nothing_runs() {
     .await;
     let port = f.redis.as_ref().unwrap().port;
     let reply =
-        support::redis::raw_command(port, "SET idem:payment.charge:k not-a-record").unwrap();
+        support::redis::raw_command(port, "SET idem:{}payment.charge:k not-a-record").unwrap();
     assert!(reply.starts_with("+OK"), "{reply}");
     let answer = f.post(Some("\"k\""), &order(100)).await;
     answer.assert_problem(ProblemType::CorruptRecord);
@@ -596,7 +596,7 @@ async fn a_corrupt_record_is_500_and_nothing_runs() {
     let again = f.post(Some("\"k\""), &order(100)).await;
     again.assert_problem(ProblemType::CorruptRecord);
     assert_eq!(f.bank.runs(), 0, "nothing ran under either policy");
-    let value = support::redis::raw_command(port, "GET idem:payment.charge:k").unwrap();
+    let value = support::redis::raw_command(port, "GET idem:{}payment.charge:k").unwrap();
     assert!(value.contains("not-a-record"), "left as it was: {value}");
 }
 
@@ -621,7 +621,7 @@ async fn a_route_template_names_the_operation() {
         refund(2).await.assert_problem(ProblemType::KeyReuse);
         assert!(refund(1).await.replayed());
         if let Some(redis) = &redis {
-            let key = "idem:POST.orders._7Bid_7D.refund:k";
+            let key = "idem:{}POST.orders._7Bid_7D.refund:k";
             let reply = support::redis::raw_command(redis.port, &format!("EXISTS {key}")).unwrap();
             assert_eq!(reply, ":1\r\n", "the record is under {key}");
         }
