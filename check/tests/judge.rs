@@ -356,7 +356,7 @@ fn i1_a_reservation_written_over_a_live_one_without_a_grant() {
             reserve(B),
             pending(A, 1_000),
             Reply::InFlight {
-                lease_until: t(1_000),
+                lease_until: Some(t(1_000)),
             },
             pending(B, 1_500),
         )
@@ -430,7 +430,7 @@ fn i4_another_request_told_in_flight() {
             reserve(C),
             pending(A, 1_000),
             Reply::InFlight {
-                lease_until: t(1_000),
+                lease_until: Some(t(1_000)),
             },
             pending(A, 1_000),
         )
@@ -532,7 +532,7 @@ fn i6_a_dead_holders_expired_lease_still_blocks() {
             reserve(B),
             pending(A, 1_000),
             Reply::InFlight {
-                lease_until: t(1_000),
+                lease_until: Some(t(1_000)),
             },
             pending(A, 1_000),
         )
@@ -560,7 +560,7 @@ fn i6_a_reservation_that_outlives_every_lease_its_holder_asked_for() {
             reserve(B),
             pending(A, u64::MAX),
             Reply::InFlight {
-                lease_until: t(u64::MAX),
+                lease_until: Some(t(u64::MAX)),
             },
             pending(A, u64::MAX),
         )

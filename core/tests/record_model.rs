@@ -278,7 +278,7 @@ fn to_reply(answer: &Answer) -> Reply {
             lease_until: Some(at(*until)),
         }),
         Answer::InFlight { until } => Reply::InFlight {
-            lease_until: at(*until),
+            lease_until: Some(at(*until)),
         },
         Answer::Replay { body: b, left } => Reply::Replay {
             result: stored(*b),

@@ -76,7 +76,7 @@ fn reserve_by_other_sees_in_flight() {
     assert_eq!(
         tr.reply,
         Reply::InFlight {
-            lease_until: t(5000)
+            lease_until: Some(t(5000))
         }
     );
 }

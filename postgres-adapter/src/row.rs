@@ -119,7 +119,7 @@ impl Answer {
                 lease_until: Some(self.deadline()?),
             }),
             "in_flight" => Reply::InFlight {
-                lease_until: self.deadline()?,
+                lease_until: Some(self.deadline()?),
             },
             "replay" => match self.record()? {
                 // How long the record has left at the statement's own clock reading.

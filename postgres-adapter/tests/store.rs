@@ -84,7 +84,9 @@ async fn a_key_through_its_life() {
     );
     assert_eq!(
         apply(reserve(2, 1, 30_000)).await.unwrap(),
-        Reply::InFlight { lease_until }
+        Reply::InFlight {
+            lease_until: Some(lease_until)
+        }
     );
     assert_eq!(
         apply(reserve(2, 2, 30_000)).await.unwrap(),

@@ -10,18 +10,19 @@
 //! [`decide`] answers with `record::reserve_live`, the record machine's own clock-free answer
 //! for a live record: no deadline is made up, none is needed.
 //!
-//! The one answer that needs more than the bytes is "in flight": the waiter needs the
-//! holder's lease end, which is the key's expiry, and on a store that announces changes the
-//! record must be marked so that its end is announced. For it, and for any value that does
+//! The one answer that can need more than the bytes is "in flight": on a store that announces
+//! changes, a record a waiter is told about must carry the waiter's mark, so that its end is
+//! announced, and marking is a write. For a record not yet marked, and for any value that does
 //! not decode, [`decide`] hands the reserve to the script, which runs as its own atomic step
-//! (the `SET` changed nothing, since the key was taken). A grant made by the fast reserve does
-//! not know the server's clock, so its [`Reservation::lease_until`] is `None`; a replay does
-//! not say how long its record has left.
+//! (the `SET` changed nothing, since the key was taken); a waiter's later reserves of the
+//! marked record are answered here, one plain command each. The fast reserve does not know
+//! the server's clock, so a grant's [`Reservation::lease_until`] and an "in flight"'s
+//! `lease_until` are `None`, and a replay does not say how long its record has left.
 
-use idem_core::record::{self, Reply};
+use idem_core::record::{self, LiveReserve, Reply};
 use idem_core::{Fingerprint, OwnerToken, Reservation};
 
-use crate::codec;
+use crate::codec::{self, StoredState};
 
 /// The record machine's answer, or "run the reserve script".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +34,14 @@ pub(crate) enum Decision {
 }
 
 /// What the record machine answers `owner`'s reserve of `fingerprint`, given the value the key
-/// held when the fast reserve ran (`None`: the key was free, and is now reserved).
-pub(crate) fn decide(held: Option<&[u8]>, owner: OwnerToken, fingerprint: Fingerprint) -> Decision {
+/// held when the fast reserve ran (`None`: the key was free, and is now reserved). `watch` is
+/// whether the store announces changes, so that a waiter must find the record marked.
+pub(crate) fn decide(
+    held: Option<&[u8]>,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    watch: bool,
+) -> Decision {
     let Some(held) = held else {
         // I1: the key was free, and the `SET` made this caller its holder.
         return Decision::Answer(Reply::Reserved(Reservation {
@@ -47,11 +54,14 @@ pub(crate) fn decide(held: Option<&[u8]>, owner: OwnerToken, fingerprint: Finger
         return Decision::Script;
     };
     // The key exists, so its record is live: the machine's answer for a live record, which
-    // reads no clock. "In flight" alone needs the lease end (and perhaps a waiter's mark).
-    match record::reserve_live(stored.live(), owner, fingerprint).reply_without_clock() {
-        Some(reply) => Decision::Answer(reply),
-        None => Decision::Script,
+    // reads no clock.
+    let answer = record::reserve_live(stored.live(), owner, fingerprint);
+    let unmarked = stored.state == (StoredState::Pending { watched: false });
+    if answer == LiveReserve::InFlight && watch && unmarked {
+        // A waiter on a store that announces changes: the record needs its mark, a write.
+        return Decision::Script;
     }
+    Decision::Answer(answer.reply_without_clock())
 }
 
 #[cfg(test)]
@@ -63,7 +73,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::codec::{Stored, StoredState};
+    use crate::codec::Stored;
 
     fn owner(n: u128) -> OwnerToken {
         OwnerToken::from_u128(n)
@@ -123,6 +133,7 @@ mod tests {
             stored in held(),
             caller in 1..=2_u128,
             print in 0..2_u8,
+            watch in any::<bool>(),
             now in 0..50_000_u64,
             deadline in 50_001..60_000_u64,
         ) {
@@ -134,14 +145,19 @@ mod tests {
                 lease: Duration::from_secs(30),
             };
             let expected = apply(Some(&record), command, Timestamp::from_millis(now));
-            match decide(Some(&bytes(&stored)), caller, print) {
+            let marked = stored.state == (StoredState::Pending { watched: true });
+            match decide(Some(&bytes(&stored)), caller, print, watch) {
                 Decision::Answer(reply) => {
                     prop_assert!(agrees(&reply, &expected.reply), "{reply:?} vs {:?}", expected.reply);
+                    // A waiter on a store that announces changes is only answered here if
+                    // the record already carries a waiter's mark.
+                    let in_flight = matches!(reply, Reply::InFlight { .. });
+                    prop_assert!(!in_flight || !watch || marked, "an unmarked waiter");
                 }
                 Decision::Script => {
-                    // Only "in flight" goes to the script: it needs the lease end.
+                    // Only a waiter that must mark the record goes to the script.
                     let in_flight = matches!(expected.reply, Reply::InFlight { .. });
-                    prop_assert!(in_flight, "script for {:?}", expected.reply);
+                    prop_assert!(in_flight && watch && !marked, "script for {:?}", expected.reply);
                 }
             }
         }
@@ -149,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_free_key_is_granted_without_a_lease_end() {
-        let Decision::Answer(reply) = decide(None, owner(1), fp(0)) else {
+        let Decision::Answer(reply) = decide(None, owner(1), fp(0), true) else {
             panic!("a free key needs no script")
         };
         assert_eq!(
@@ -166,7 +182,10 @@ mod tests {
         let mut layout_1 = codec::encode_pending(owner(2), fp(0));
         layout_1[2] = 1;
         for foreign in [&b"hello"[..], &[0; 52][..], &[b'i'; 80][..], &layout_1[..]] {
-            assert_eq!(decide(Some(foreign), owner(1), fp(0)), Decision::Script);
+            assert_eq!(
+                decide(Some(foreign), owner(1), fp(0), false),
+                Decision::Script
+            );
         }
     }
 }

@@ -116,7 +116,9 @@ async fn a_key_through_its_life() {
     };
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
-        Reply::InFlight { lease_until }
+        Reply::InFlight {
+            lease_until: Some(lease_until)
+        }
     );
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"other")).await.unwrap(),
@@ -349,7 +351,7 @@ async fn time_is_the_servers() {
     assert_eq!(
         store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
         Reply::InFlight {
-            lease_until: Timestamp::from_millis(codec::MAX_DEADLINE_MS)
+            lease_until: Some(Timestamp::from_millis(codec::MAX_DEADLINE_MS))
         }
     );
     // An expiry changed by hand (`PEXPIRE`) is the record's new deadline, for every path.
@@ -362,7 +364,7 @@ async fn time_is_the_servers() {
     assert_eq!(
         store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
         Reply::InFlight {
-            lease_until: Timestamp::from_millis(u64::try_from(expiry).unwrap() + 1)
+            lease_until: Some(Timestamp::from_millis(u64::try_from(expiry).unwrap() + 1))
         }
     );
 }

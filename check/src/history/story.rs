@@ -182,9 +182,10 @@ impl fmt::Display for ShortReply<'_> {
                 ),
                 None => write!(f, "Reserved({})", history.owner_label(r.owner)),
             },
-            Reply::InFlight { lease_until } => {
-                write!(f, "InFlight(until t+{})", lease_until.as_millis())
-            }
+            Reply::InFlight {
+                lease_until: Some(until),
+            } => write!(f, "InFlight(until t+{})", until.as_millis()),
+            Reply::InFlight { lease_until: None } => write!(f, "InFlight"),
             Reply::Replay { result, .. } => write!(f, "Replay({})", ResultLabel(result)),
             Reply::KeyReuse { stored } => write!(f, "KeyReuse(stored fp {})", fp_label(*stored)),
             Reply::Completed(c) => write!(f, "Completed({c:?})"),

@@ -173,7 +173,7 @@ impl Variant {
                         ..
                     }) if *holder == owner => Transition {
                         reply: Reply::InFlight {
-                            lease_until: *lease_until,
+                            lease_until: Some(*lease_until),
                         },
                         write: Write::Unchanged,
                     },

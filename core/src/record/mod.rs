@@ -309,8 +309,11 @@ pub enum Reply {
     Reserved(Reservation),
     /// Reserve: an identical request holds the key, live until `lease_until`.
     InFlight {
-        /// When the holder's lease runs out unless renewed, on the store's clock.
-        lease_until: Timestamp,
+        /// When the holder's lease runs out unless renewed, on the store's clock. The record
+        /// machine always says; a store that answers a live record from its bytes alone
+        /// ([`LiveReserve::reply_without_clock`], the Redis fast reserve) leaves it unsaid.
+        /// Nothing in the attempt protocol reads it: a waiter's pace is its own backoff.
+        lease_until: Option<Timestamp>,
     },
     /// Reserve: an identical request completed; what its record holds.
     Replay {

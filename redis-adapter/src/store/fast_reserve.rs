@@ -79,8 +79,9 @@ impl RedisStore {
                 ));
             }
         };
+        let watch = self.inner.notices.is_some();
         Ok(
-            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint) {
+            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint, watch) {
                 Decision::Answer(reply) => Some(reply),
                 Decision::Script => None,
             },

@@ -81,7 +81,7 @@ pub(super) fn parse_reply(
         }
         (Command::Reserve { .. }, b'F') => match int(&field) {
             Some(until) => Reply::InFlight {
-                lease_until: Timestamp::from_millis(until),
+                lease_until: Some(Timestamp::from_millis(until)),
             },
             None => return Err(unexpected(format!("lease {field:?}"))),
         },

@@ -247,11 +247,12 @@ impl<C: Connection> TimedStore for FastPaths<C> {
     }
 }
 
-/// `got` is the model's `expected`, except that a grant may leave its lease end unsaid, and a
-/// replay how long its record has left.
+/// `got` is the model's `expected`, except that a grant or an "in flight" may leave its lease
+/// end unsaid, and a replay how long its record has left.
 fn agrees(got: &Reply, expected: &Reply) -> bool {
     match (got, expected) {
         (Reply::Reserved(g), Reply::Reserved(e)) if g.lease_until.is_none() => g.owner == e.owner,
+        (Reply::InFlight { lease_until: None }, Reply::InFlight { .. }) => true,
         // A replay answered without the server's clock leaves its remaining time unsaid.
         (
             Reply::Replay {
