@@ -361,12 +361,25 @@ async fn time_is_the_servers() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    // The record is marked now: the fast reserve answers the waiter from its bytes, the
+    // script with the new deadline.
     assert_eq!(
         store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
+        Reply::InFlight { lease_until: None }
+    );
+    assert_eq!(
+        store.apply_timed(&o, &k, reserve(3, b"a")).await.unwrap().0,
         Reply::InFlight {
             lease_until: Some(Timestamp::from_millis(u64::try_from(expiry).unwrap() + 1))
         }
     );
+    // Expired by hand: gone for every path at once.
+    let _: () = conn.pexpire(&redis_key, 1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(matches!(
+        store.apply(&o, &k, reserve(3, b"a")).await.unwrap(),
+        Reply::Reserved(r) if r.owner == OwnerToken::from_u128(3)
+    ));
 }
 
 /// Redis holds a key exactly while its record is live: the key expires one millisecond
