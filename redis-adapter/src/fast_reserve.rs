@@ -7,13 +7,13 @@
 //! of a script: it writes the caller's pending record only if the key is absent, and returns
 //! what the key held. In layout 2 a record is live exactly while its key exists
 //! ([`crate::codec`]), so a value returned is a live record at the command's own instant, and
-//! [`decide`] answers with `record::reserve_live`, the record machine's own clock-free answer
+//! the store's decision answers with `record::reserve_live`, the record machine's own clock-free answer
 //! for a live record: no deadline is made up, none is needed.
 //!
 //! The one answer that can need more than the bytes is "in flight": on a store that announces
 //! changes, a record a waiter is told about must carry the waiter's mark, so that its end is
 //! announced, and marking is a write. For a record not yet marked, and for any value that does
-//! not decode, [`decide`] hands the reserve to the script, which runs as its own atomic step
+//! not decode, the decision hands the reserve to the script, which runs as its own atomic step
 //! (the `SET` changed nothing, since the key was taken); a waiter's later reserves of the
 //! marked record are answered here, one plain command each. The fast reserve does not know
 //! the server's clock, so a grant's [`Reservation::lease_until`] and an "in flight"'s
