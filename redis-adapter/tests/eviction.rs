@@ -99,9 +99,8 @@ async fn a_noeviction_server_is_accepted_and_healthy() {
     assert_eq!(health.nodes()[0].policy(), "noeviction");
 }
 
-#[tokio::test]
-async fn under_warn_an_evicting_server_is_served_and_the_warning_names_it() {
-    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+/// A store connected under [`EvictionCheck::Warn`], and the warnings logged meanwhile.
+async fn connect_warning(server: &RedisServer) -> (RedisStore, Vec<String>) {
     let warnings = Warnings::default();
     let store = {
         let _capture = tracing::subscriber::set_default(warnings.clone());
@@ -110,8 +109,14 @@ async fn under_warn_an_evicting_server_is_served_and_the_warning_names_it() {
             .await
             .unwrap()
     };
+    (store, warnings.taken())
+}
+
+#[tokio::test]
+async fn under_warn_an_evicting_server_is_served_and_the_warning_names_it() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let (store, warnings) = connect_warning(&server).await;
     reserves(&store, "k").await;
-    let warnings = warnings.taken();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].contains(&format!("127.0.0.1:{}", server.port)),
@@ -192,16 +197,8 @@ async fn a_server_without_config_is_refused_under_refuse_and_accepted_under_skip
         other => panic!("expected PolicyUnknown, got {other:?}"),
     }
 
-    let warnings = Warnings::default();
-    let store = {
-        let _capture = tracing::subscriber::set_default(warnings.clone());
-        builder(EvictionCheck::Warn)
-            .connect(&server.url())
-            .await
-            .unwrap()
-    };
+    let (store, warnings) = connect_warning(&server).await;
     reserves(&store, "warn").await;
-    let warnings = warnings.taken();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].contains(&format!("127.0.0.1:{}", server.port)),
