@@ -1,7 +1,9 @@
 //! Writes to stdout, as raw RESP, the requests the store sends for `N` calls, so that a
 //! server's own cost per call can be counted apart from any client: `fresh` is a fast
 //! reserve and a fast complete on each of `N` new keys (the store's path by default);
-//! `replay` is the same followed by one reserve on each completed key; `complete-script` is
+//! `replay` is the same followed by one reserve on each completed key (`replay-time-left`:
+//! the reserve as `replay_time_left(true)` sends it, `MULTI`, `SET … GET`, `PTTL`, `EXEC`);
+//! `complete-script` is
 //! `fresh` with the complete sent as the complete script (`fast_complete(false)`);
 //! `scripted` sends both as their scripts (`single_command_reserve(false)` and
 //! `fast_complete(false)`); `ping` is `N` PINGs.
@@ -33,7 +35,9 @@ fn request(out: &mut Vec<u8>, args: &[&[u8]]) {
 fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(kind), Some(Ok(calls))) = (args.next(), args.next().map(|n| n.parse::<u64>())) else {
-        eprintln!("usage: resp_calls fresh|replay|complete-script|scripted|ping N");
+        eprintln!(
+            "usage: resp_calls fresh|replay|replay-time-left|complete-script|scripted|ping N"
+        );
         std::process::exit(2);
     };
     let owner = OwnerToken::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
@@ -77,7 +81,7 @@ fn main() -> io::Result<()> {
     let mut out = Vec::new();
     match kind.as_str() {
         "ping" => (0..calls).for_each(|_| request(&mut out, &[b"PING"])),
-        "fresh" | "replay" | "complete-script" | "scripted" => {
+        "fresh" | "replay" | "replay-time-left" | "complete-script" | "scripted" => {
             request(&mut out, &[b"SCRIPT", b"LOAD", complete.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", complete_own.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", reserve_script.as_bytes()]);
@@ -100,7 +104,7 @@ fn main() -> io::Result<()> {
                     reserve(&mut out, i);
                 }
                 let key = key(i);
-                if kind == "fresh" || kind == "replay" {
+                if kind == "fresh" || kind.starts_with("replay") {
                     // The fast complete: the pending record, the completed one, one day's
                     // retention less a millisecond.
                     let complete: [&[u8]; 7] = [
@@ -134,9 +138,19 @@ fn main() -> io::Result<()> {
             if kind == "replay" {
                 (0..calls).for_each(|i| reserve(&mut out, i));
             }
+            if kind == "replay-time-left" {
+                for i in 0..calls {
+                    request(&mut out, &[b"MULTI"]);
+                    reserve(&mut out, i);
+                    request(&mut out, &[b"PTTL", key(i).as_bytes()]);
+                    request(&mut out, &[b"EXEC"]);
+                }
+            }
         }
         _ => {
-            eprintln!("unknown kind {kind:?}: fresh, replay, complete-script, scripted or ping");
+            eprintln!(
+                "unknown kind {kind:?}: fresh, replay, replay-time-left, complete-script, scripted or ping"
+            );
             std::process::exit(2);
         }
     }

@@ -65,10 +65,16 @@ fn the_fast_paths_agree_with_the_record_machine_on_a_cluster() {
         .enable_all()
         .build()
         .unwrap();
+    // With `replay_time_left`: the fast reserve's `MULTI` … `EXEC` on the key's node.
     let (store, conn) = runtime.block_on(async {
         let client = redis::cluster::ClusterClient::new(cluster.urls()).unwrap();
         let conn = client.get_async_connection().await.unwrap();
-        (store(&cluster, DEFAULT_COMMAND_TIMEOUT).await, conn)
+        let store = RedisStore::builder()
+            .replay_time_left(true)
+            .connect_cluster(cluster.urls())
+            .await
+            .unwrap();
+        (store, conn)
     });
     let fast_paths = support::differential::FastPaths::new(store, conn);
     if let Err(failure) = support::differential::check(&runtime, &fast_paths, 60) {

@@ -60,6 +60,22 @@ fn the_fast_paths_agree_with_the_record_machine() {
     assert_eq!(stats.unavailable + stats.corrupt, 0);
 }
 
+/// With `replay_time_left`, a replay from the fast reserve says how long its record has left,
+/// which must be the model's to the millisecond at some instant of the command's window.
+#[test]
+fn the_fast_paths_agree_with_replay_time_left() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let fast_paths = fast_paths(
+        &runtime,
+        &server,
+        RedisStore::builder().replay_time_left(true),
+    );
+    if let Err(failure) = check(&runtime, &fast_paths, 200) {
+        panic!("{failure}");
+    }
+}
+
 /// Without change notices nobody marks a record, so every complete by its owner takes the
 /// fast complete.
 #[test]

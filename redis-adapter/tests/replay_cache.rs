@@ -155,12 +155,42 @@ async fn with_the_single_command_reserve_a_record_completed_here_is_kept() {
     assert_eq!(store.stats().commands, before + 3);
 }
 
-/// A record completed with a 1.5 s retention is replayed from memory for less than that,
-/// and the first call after the server let it go runs the action (I9). With `flaw`, what
-/// went wrong.
-async fn expiry_is_respected(flaw: Option<CacheFlaw>) -> Result<(), String> {
+/// With `replay_time_left`, the fast reserve says how long a record it replays has left (its
+/// key's `PTTL`, in the same atomic step): a record completed elsewhere is kept too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replay_time_left_a_record_completed_elsewhere_is_kept() {
     let server = RedisServer::start();
-    let store = store(&server, false).await;
+    let store = RedisStore::builder()
+        .replay_time_left(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let elsewhere = Coordinator::new(store.clone(), Options::default());
+    charge(&elsewhere, "theirs", 100, "ch_9").await.unwrap();
+    let payments =
+        Coordinator::new(store.clone(), Options::default()).with_replay_cache(bounds(None));
+    let before = store.stats().commands;
+    for _ in 0..3 {
+        let replay = charge(&payments, "theirs", 100, "ch_10").await.unwrap();
+        assert_eq!(replay.value, "ch_9");
+    }
+    assert_eq!(store.stats().commands, before + 1, "the first replay only");
+    let cache = payments.metrics().replay_cache;
+    assert_eq!((cache.misses, cache.hits, cache.entries), (1, 2, 1));
+}
+
+/// A record completed with a 1.5 s retention is replayed from memory for less than that,
+/// and the first call after the server let it go runs the action (I9). The replay that
+/// fills the cache comes from the reserve script, or with `time_left`, from the fast reserve
+/// with `replay_time_left`. With `flaw`, what went wrong.
+async fn expiry_is_respected(flaw: Option<CacheFlaw>, time_left: bool) -> Result<(), String> {
+    let server = RedisServer::start();
+    let store = RedisStore::builder()
+        .single_command_reserve(time_left)
+        .replay_time_left(time_left)
+        .connect(&server.url())
+        .await
+        .unwrap();
     let (operation, key) = (Operation::new(OP).unwrap(), Key::new("short").unwrap());
     let fp = Fingerprint::builder()
         .field("amount", 100)
@@ -199,12 +229,15 @@ async fn expiry_is_respected(flaw: Option<CacheFlaw>) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_is_never_served_past_the_time_the_server_gave_it() {
-    expiry_is_respected(None).await.unwrap();
+    expiry_is_respected(None, false).await.unwrap();
+    expiry_is_respected(None, true).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cache_that_ignores_the_remaining_time_is_caught_on_redis() {
-    let caught = expiry_is_respected(Some(CacheFlaw::IgnoresRemaining)).await;
-    let failure = caught.expect_err("a cache that keeps records for its max age breaks I9");
-    assert!(failure.contains("past its expiry"), "{failure}");
+    for time_left in [false, true] {
+        let caught = expiry_is_respected(Some(CacheFlaw::IgnoresRemaining), time_left).await;
+        let failure = caught.expect_err("a cache that keeps records for its max age breaks I9");
+        assert!(failure.contains("past its expiry"), "{failure}");
+    }
 }

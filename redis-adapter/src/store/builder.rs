@@ -118,6 +118,7 @@ pub struct RedisStoreBuilder {
     watch: bool,
     fast_reserve: bool,
     fast_complete: bool,
+    replay_time_left: bool,
     eviction_check: EvictionCheck,
 }
 
@@ -132,6 +133,7 @@ impl Default for RedisStoreBuilder {
             watch: true,
             fast_reserve: true,
             fast_complete: true,
+            replay_time_left: false,
             eviction_check: EvictionCheck::Refuse,
         }
     }
@@ -216,6 +218,19 @@ impl RedisStoreBuilder {
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
         self.fast_reserve = on;
+        self
+    }
+
+    /// Whether the fast reserve also says how long a completed record it replays has left
+    /// (default off). On, the fast reserve is sent as `MULTI`, `SET … NX … GET`, `PTTL`,
+    /// `EXEC`: still one round trip and one atomic step, at some cost to the server (about
+    /// 5,000 instructions per reserve, BENCHMARKS.md). Turn it on with the driver's replay
+    /// cache (`Coordinator::with_replay_cache`): the cache keeps only replays whose time left
+    /// the store said, so without it a record completed by another process and replayed
+    /// through the fast reserve is never kept (one this process completed is).
+    #[must_use]
+    pub fn replay_time_left(mut self, on: bool) -> Self {
+        self.replay_time_left = on;
         self
     }
 
@@ -485,6 +500,7 @@ impl RedisStoreBuilder {
                 command_timeout: self.command_timeout,
                 fast_reserve: self.fast_reserve,
                 fast_complete: self.fast_complete,
+                replay_time_left: self.replay_time_left,
                 scripts: Scripts::new(),
                 counters: Counters::default(),
             }),

@@ -1,6 +1,8 @@
 //! The single-command reserve ([`crate::fast_reserve`]) as the store sends it: which reserves try
 //! it, the `SET … NX … GET` itself, and how its answer is decided.
 
+use std::time::Duration;
+
 use idem::StoreError;
 use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation};
@@ -55,21 +57,36 @@ impl RedisStore {
             .arg("PX")
             .arg(lease_ms - 1)
             .arg("GET");
+        // With `replay_time_left`, the key's `PTTL` in the same atomic step: how long a
+        // completed record the `SET` found has left.
         let call = async {
-            match self.query(&set).await {
+            let reply = if self.inner.replay_time_left {
+                let mut both = redis::pipe();
+                both.atomic().add_command(set).cmd("PTTL").arg(&redis_key);
+                self.query_pipeline(&both).await
+            } else {
+                self.query(&set).await.map(|held| vec![held])
+            };
+            match reply {
                 // The server refused the command, so it changed nothing: a key of another
                 // type (`WRONGTYPE`), or a write refused where the script may still answer
                 // by reading (`OOM` under `maxmemory`, which refuses `SET … NX` even when
-                // it would not write). The script decides, or reports the error itself.
+                // it would not write; inside `MULTI`, `EXECABORT`). The script decides, or
+                // reports the error itself.
                 Err(error) if error.code().is_some() => Ok(None),
                 other => other.map(Some),
             }
         };
-        let held = match self.within_timeout(command, call).await? {
-            None => return Ok(None),
+        let Some(replies) = self.within_timeout(command, call).await? else {
+            return Ok(None);
+        };
+        let mut replies = replies.into_iter();
+        let held = match replies.next() {
             Some(Value::Nil) => None,
             Some(Value::BulkString(bytes)) => Some(bytes),
-            Some(other) => {
+            // Refused inside `MULTI` (`WRONGTYPE`): it changed nothing; the script decides.
+            Some(Value::ServerError(_)) => return Ok(None),
+            other => {
                 return Err(StoreError::unavailable(
                     command,
                     UnexpectedReply {
@@ -79,9 +96,21 @@ impl RedisStore {
                 ));
             }
         };
+        // The record's deadline is the key's expiry plus one millisecond; a key without an
+        // expiry (`-1`) leaves the time unsaid.
+        let time_left = match replies.next() {
+            Some(Value::Int(ms)) => u64::try_from(ms)
+                .ok()
+                .map(|ms| Duration::from_millis(ms.saturating_add(1))),
+            _ => None,
+        };
         let watch = self.inner.notices.is_some();
         Ok(
             match fast_reserve::decide(held.as_deref(), *owner, *fingerprint, watch) {
+                Decision::Answer(Reply::Replay { result, .. }) => Some(Reply::Replay {
+                    result,
+                    remaining: time_left,
+                }),
                 Decision::Answer(reply) => Some(reply),
                 Decision::Script => None,
             },

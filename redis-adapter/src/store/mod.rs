@@ -68,6 +68,7 @@ struct Inner {
     command_timeout: Duration,
     fast_reserve: bool,
     fast_complete: bool,
+    replay_time_left: bool,
     scripts: Scripts,
     counters: Counters,
 }
@@ -84,6 +85,7 @@ impl fmt::Debug for Inner {
             )
             .field("single_command_reserve", &self.fast_reserve)
             .field("fast_complete", &self.fast_complete)
+            .field("replay_time_left", &self.replay_time_left)
             .finish_non_exhaustive()
     }
 }

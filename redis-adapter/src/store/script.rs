@@ -176,6 +176,15 @@ impl RedisStore {
             Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
         }
     }
+
+    /// A pipeline on the store's connection (on a Cluster, its commands on one key), its
+    /// replies in order.
+    pub(super) async fn query_pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        match &self.inner.connection {
+            Connection::Standalone(manager) => pipe.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => pipe.query_async(&mut cluster.clone()).await,
+        }
+    }
 }
 
 fn token(owner: OwnerToken) -> Vec<u8> {
