@@ -1,7 +1,8 @@
 //! Change notices through the Coordinator: a completion that lands between a waiter's
 //! "in flight" reply and its subscription still wakes it at once; waiters on a three-master
 //! Cluster are woken by sharded notices (their latency after the holder completes is
-//! printed); a half-open notices connection is found by its health check.
+//! printed); waiters whose key's slot moves to another master while they wait are still
+//! woken by a notice; a half-open notices connection is found by its health check.
 //!
 //! Every waiter here backs off 2 to 4 s between reserves, so an answer well under 2 s after
 //! the holder completed was caused by a notice, which the store's counters confirm; the
@@ -17,8 +18,8 @@ use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation};
 use idem_redis::RedisStore;
 use support::proxy::Proxy;
-use support::{RedisCluster, RedisServer};
-use tokio::sync::oneshot;
+use support::{RedisCluster, RedisServer, raw_command};
+use tokio::sync::{mpsc, oneshot};
 
 /// Waiters back off 2 to 4 s between reserves (the jitter takes up to half off).
 fn waiting_options() -> Options {
@@ -293,4 +294,248 @@ async fn a_half_open_notices_connection_is_found_by_its_health_check() {
     assert!(woken.is_ok(), "a half-open connection went unnoticed");
     assert!(store.stats().notice_connections_lost >= 1);
     assert_eq!(store.stats().notices, 0);
+}
+
+/// The reply of a raw command, which must not be an error.
+fn raw(port: u16, command: &str) -> String {
+    let reply = raw_command(port, command).unwrap();
+    assert!(!reply.starts_with('-'), "{command} on {port}: {reply}");
+    reply
+}
+
+/// The text of a raw bulk or integer reply (`$40\r\nid\r\n`, `:12\r\n`).
+fn raw_value(reply: &str) -> &str {
+    let mut lines = reply.lines();
+    let first = lines.next().unwrap_or_default();
+    if first.starts_with('$') {
+        lines.next().unwrap_or_default()
+    } else {
+        first.trim_start_matches([':', '+'])
+    }
+}
+
+/// Moves the slot of `key` (a Redis key) with its keys to another master, as a resharding
+/// does: the node that loses the slot unsubscribes its clients from the slot's sharded
+/// channels.
+fn move_slot(ports: &[u16], key: &str) {
+    let slot = raw_value(&raw(ports[0], &format!("CLUSTER KEYSLOT {key}"))).to_owned();
+    // The node that answers for the key instead of redirecting owns its slot.
+    let source = *ports
+        .iter()
+        .find(|port| {
+            !raw_command(**port, &format!("EXISTS {key}"))
+                .unwrap()
+                .starts_with("-MOVED")
+        })
+        .unwrap();
+    let target = *ports.iter().find(|port| **port != source).unwrap();
+    let id = |port| raw_value(&raw(port, "CLUSTER MYID")).to_owned();
+    let (source_id, target_id) = (id(source), id(target));
+    raw(
+        target,
+        &format!("CLUSTER SETSLOT {slot} IMPORTING {source_id}"),
+    );
+    raw(
+        source,
+        &format!("CLUSTER SETSLOT {slot} MIGRATING {target_id}"),
+    );
+    let migrated = raw(
+        source,
+        &format!("MIGRATE 127.0.0.1 {target} \"\" 0 5000 KEYS {key}"),
+    );
+    assert!(migrated.starts_with("+OK"), "{migrated}");
+    raw(target, &format!("CLUSTER SETSLOT {slot} NODE {target_id}"));
+    for port in ports.iter().filter(|port| **port != target) {
+        raw(*port, &format!("CLUSTER SETSLOT {slot} NODE {target_id}"));
+    }
+    assert_eq!(raw_value(&raw(target, &format!("EXISTS {key}"))), "1");
+}
+
+/// Waiters back off 2 to 4 s between reserves, for up to a minute.
+fn patient_options() -> Options {
+    Options::builder()
+        .backoff_initial(Duration::from_secs(4))
+        .backoff_max(Duration::from_secs(4))
+        .wait_deadline(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// A waiter's store that says when a reserve was answered "in flight".
+struct ReportsInFlight {
+    inner: RedisStore,
+    in_flight: mpsc::UnboundedSender<()>,
+}
+
+impl Store for ReportsInFlight {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        let reply = self.inner.apply(operation, key, command).await?;
+        if matches!(reply, Reply::InFlight { .. }) {
+            let _ = self.in_flight.send(());
+        }
+        Ok(reply)
+    }
+
+    fn changed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.inner.changed(operation, key)
+    }
+
+    fn watch<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.inner.watch(operation, key)
+    }
+}
+
+/// A call on `holders` holds `key` while a call on `waiters` waits on it; the key's slot moves
+/// to another master; the holder completes right after a reserve of the waiter's that came
+/// more than an initial backoff after the move (a waiter woken by the move, whose reserve
+/// finds the key still held, ignores notices for one initial backoff; see
+/// `Attempt::handle_record_changed`). How long after the completion, and after that reserve's
+/// "in flight" reply, the waiter answered: a waiter that no notice wakes sleeps out a whole
+/// backoff after the reply, 2 s at least.
+async fn waiter_latency_across_a_slot_move(
+    cluster: &RedisCluster,
+    holders: RedisStore,
+    waiters: RedisStore,
+    watching: bool,
+    key: &str,
+) -> (Duration, Duration) {
+    let fp = Fingerprint::of_bytes(b"charge");
+    let (started, running) = oneshot::channel();
+    let (finish, finished) = oneshot::channel::<()>();
+    // The holder retries a failed store command soon.
+    let quick = Options::builder()
+        .backoff_initial(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let holder_store = holders.clone();
+    let holder = Coordinator::new(holders, quick);
+    let holder_key = key.to_owned();
+    let holding = tokio::spawn(async move {
+        holder
+            .execute("payment.charge", holder_key, fp, move |_claim| async move {
+                started.send(()).unwrap();
+                finished.await.unwrap();
+                Ok::<u32, String>(1)
+            })
+            .await
+            .unwrap();
+        Instant::now()
+    });
+    running.await.unwrap();
+    let (in_flight, mut told) = mpsc::unbounded_channel();
+    let store = ReportsInFlight {
+        inner: waiters.clone(),
+        in_flight,
+    };
+    let waiter = Coordinator::new(store, patient_options());
+    let waiter_key = key.to_owned();
+    let waiting = tokio::spawn(async move {
+        let waited = waiter
+            .execute_with_provenance("payment.charge", waiter_key, fp, |_claim| async {
+                Ok::<u32, String>(2)
+            })
+            .await
+            .unwrap();
+        assert_eq!((waited.value, waited.provenance), (1, Provenance::Replayed));
+        Instant::now()
+    });
+    // The waiter has been told "in flight" and waits; with notices, on its key's live
+    // subscription.
+    told.recv().await.unwrap();
+    if watching {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while waiters.stats().notice_rechecks == 0 {
+            assert!(Instant::now() < deadline, "the key was never subscribed");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let redis_key = format!("idem:{{}}payment.charge:{key}");
+    let ports: Vec<u16> = cluster.nodes.iter().map(|node| node.port).collect();
+    tokio::task::spawn_blocking(move || move_slot(&ports, &redis_key))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    while told.try_recv().is_ok() {}
+    tokio::time::timeout(Duration::from_secs(10), told.recv())
+        .await
+        .expect("the waiter never reserved again")
+        .unwrap();
+    let replied = Instant::now();
+    finish.send(()).unwrap();
+    let completed = holding.await.unwrap();
+    let answered = waiting.await.unwrap();
+    println!("holder's store: {:?}", holder_store.stats());
+    (
+        answered.saturating_duration_since(completed),
+        answered.saturating_duration_since(replied),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_notices_after_their_keys_slot_moved() {
+    let cluster = RedisCluster::start();
+    let connect = || RedisStore::builder().connect_cluster(cluster.urls());
+    let (holders, waiters) = (connect().await.unwrap(), connect().await.unwrap());
+    let (after, after_reply) =
+        waiter_latency_across_a_slot_move(&cluster, holders, waiters.clone(), true, "k").await;
+    let stats = waiters.stats();
+    println!(
+        "waiter answered {after:?} after the holder completed ({after_reply:?} after its \
+         last \"in flight\" reply), its key's slot moved: {stats:?}"
+    );
+    assert!(
+        after < BEFORE_BACKOFF,
+        "answered {after:?} after the completion"
+    );
+    assert!(
+        after_reply < BEFORE_BACKOFF,
+        "answered {after_reply:?} after its reply"
+    );
+    // The old owner dropped the key's subscription; the store subscribed it again on the
+    // new one (without losing its connection), whose notice woke the waiter.
+    assert!(stats.notice_resubscribes >= 1, "{stats:?}");
+    assert!(stats.notices >= 1, "{stats:?}");
+    assert_eq!(stats.notice_connections_lost, 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_without_notices_sleeps_out_its_backoff_across_a_slot_move() {
+    // The check above catches a waiter that no notice wakes after the move.
+    let cluster = RedisCluster::start();
+    let holders = RedisStore::builder()
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap();
+    let silent = RedisStore::builder()
+        .watch(false)
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap();
+    let (after, after_reply) =
+        waiter_latency_across_a_slot_move(&cluster, holders, silent, false, "k").await;
+    println!(
+        "a waiter without notices answered {after:?} after the holder completed \
+         ({after_reply:?} after its last \"in flight\" reply)"
+    );
+    assert!(
+        after >= BEFORE_BACKOFF,
+        "answered {after:?} without notices"
+    );
+    assert!(
+        after_reply >= BEFORE_BACKOFF,
+        "answered {after_reply:?} after its reply without notices"
+    );
 }

@@ -1,7 +1,9 @@
 //! The notices' connection and the task that keeps it: subscriptions as the registry asks,
-//! notices into the registry, a `PING` every health-check interval, and a new connection
-//! (every key subscribed again, every waiter woken) whenever the old one fails.
+//! notices into the registry, a `PING` every health-check interval, a subscription the
+//! server dropped made again (its key's waiters woken), and a new connection (every key
+//! subscribed again, every waiter woken) whenever the old one fails.
 
+use std::collections::HashMap;
 use std::sync::Weak;
 use std::sync::atomic::Ordering;
 
@@ -73,14 +75,20 @@ impl Link {
     async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Self::Standalone(connection) => connection.subscribe(channel).await,
-            Self::Cluster(connection) => connection.ssubscribe(channel).await,
+            Self::Cluster(connection) => {
+                let subscribed = connection.ssubscribe(channel).await;
+                redirected(connection, subscribed, "SSUBSCRIBE", channel).await
+            }
         }
     }
 
     async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
             Self::Standalone(connection) => connection.unsubscribe(channel).await,
-            Self::Cluster(connection) => connection.sunsubscribe(channel).await,
+            Self::Cluster(connection) => {
+                let unsubscribed = connection.sunsubscribe(channel).await;
+                redirected(connection, unsubscribed, "SUNSUBSCRIBE", channel).await
+            }
         }
     }
 
@@ -92,6 +100,27 @@ impl Link {
             Self::Cluster(connection) => ping.query_async::<Value>(connection).await,
         }
         .map(drop)
+    }
+}
+
+/// A sharded (un)subscription the Cluster answered with a redirection (the channel's slot
+/// moved to another node since the connection learned the slot map): the client hands such an
+/// answer back as it is, without following it. Sent again as a plain command, which the
+/// client follows to the slot's new owner, learning the new slot map on the way; its one
+/// reply is the server's confirmation.
+async fn redirected(
+    connection: &mut ClusterConnection,
+    answer: RedisResult<()>,
+    command: &str,
+    channel: &str,
+) -> RedisResult<()> {
+    match answer {
+        Err(error) if error.redirect_node().is_some() => redis::cmd(command)
+            .arg(channel)
+            .query_async::<Value>(connection)
+            .await
+            .map(drop),
+        answer => answer,
     }
 }
 
@@ -167,6 +196,30 @@ async fn answered(settings: Settings, call: impl Future<Output = RedisResult<()>
     )
 }
 
+/// The unsubscriptions this task sent on one connection whose confirmations have not been
+/// read yet: an unsubscribe push that is not one of them comes from the server.
+#[derive(Default)]
+struct Unsubscribes(HashMap<Vec<u8>, usize>);
+
+impl Unsubscribes {
+    /// An unsubscription of `channel` was sent.
+    fn sent(&mut self, channel: &str) {
+        *self.0.entry(channel.as_bytes().to_vec()).or_default() += 1;
+    }
+
+    /// Whether an unsubscribe push for `channel` confirms one this task sent (and takes it).
+    fn confirmed(&mut self, channel: &[u8]) -> bool {
+        let Some(count) = self.0.get_mut(channel) else {
+            return false;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.0.remove(channel);
+        }
+        true
+    }
+}
+
 /// Serves one connection until it fails or the store is dropped.
 async fn serve(
     shared: &Weak<Shared>,
@@ -189,6 +242,7 @@ async fn serve(
             None => return Ended::StoreDropped,
         }
     }
+    let mut own = Unsubscribes::default();
     let mut health = tokio::time::interval(settings.health_check);
     health.tick().await;
     loop {
@@ -204,6 +258,23 @@ async fn serve(
                             shared.notice(channel);
                         }
                     }
+                    PushKind::Unsubscribe | PushKind::SUnsubscribe => {
+                        let Some(Value::BulkString(channel)) = push.data.first() else {
+                            continue;
+                        };
+                        if own.confirmed(channel) {
+                            continue;
+                        }
+                        // Not ours: the server dropped the subscription.
+                        let Some(shared) = shared.upgrade() else { return Ended::StoreDropped };
+                        let Some(generation) = shared.dropped(channel) else { continue };
+                        shared.counters.resubscribes.fetch_add(1, Ordering::Relaxed);
+                        let key = String::from_utf8_lossy(channel);
+                        if !answered(settings, link.subscribe(&key)).await {
+                            return Ended::Failed;
+                        }
+                        shared.subscribed(&key, generation);
+                    }
                     _ => {}
                 }
             }
@@ -218,10 +289,11 @@ async fn serve(
                         shared.subscribed(&key, generation);
                     }
                     Request::Release { key } => {
-                        if shared.release(&key)
-                            && !answered(settings, link.unsubscribe(&key)).await
-                        {
-                            return Ended::Failed;
+                        if shared.release(&key) {
+                            own.sent(&key);
+                            if !answered(settings, link.unsubscribe(&key)).await {
+                                return Ended::Failed;
+                            }
                         }
                     }
                 }

@@ -28,10 +28,14 @@
 //! ends the connection: every waiter is woken (it reserves again, so nothing is lost), and
 //! the task connects and subscribes again after one interval.
 //!
+//! **Followed.** When the server drops a subscription the store still wants (on a Cluster,
+//! the node that loses a slot to another master unsubscribes its clients from the slot's
+//! sharded channels), the key's waiters are woken and the channel is subscribed again, on the
+//! slot's new owner; a failed subscription ends the connection as above.
+//!
 //! **A hint, never a result.** A notice carries no data and is never trusted for the result:
 //! a woken waiter reserves again and reads the record. A missed notice (the subscription
-//! down, a slot moved) only delays a waiter to its backoff; a lease that simply runs out is
-//! not announced.
+//! down) only delays a waiter to its backoff; a lease that simply runs out is not announced.
 
 mod link;
 
@@ -90,6 +94,7 @@ pub(crate) struct Counters {
     pub(crate) connections_lost: AtomicU64,
     pub(crate) connect_failures: AtomicU64,
     pub(crate) rechecks: AtomicU64,
+    pub(crate) resubscribes: AtomicU64,
 }
 
 /// The registry and its connection's task.
@@ -125,6 +130,21 @@ impl Shared {
         {
             entry.signal.send_modify(|signal| signal.live = true);
         }
+    }
+
+    /// The server dropped the subscription of `key`'s channel (a Cluster slot moved to
+    /// another node): if the key is still wanted, its waiters are woken, since its notices
+    /// may be missed until it is subscribed again, and the entry's generation is returned for
+    /// that subscription. `None` if nobody waits on the key any more.
+    fn dropped(&self, key: &[u8]) -> Option<u64> {
+        let key = std::str::from_utf8(key).ok()?;
+        let registry = self.registry();
+        let entry = registry.get(key).filter(|entry| entry.refs > 0)?;
+        entry.signal.send_modify(|signal| {
+            signal.live = false;
+            signal.wakes += 1;
+        });
+        Some(entry.generation)
     }
 
     /// The connection is gone: no key is subscribed, and every waiter is woken, since

@@ -30,6 +30,10 @@ pub struct StoreStats {
     /// Attempts to connect the notices' connection that failed; meanwhile waiters fall back
     /// to their backoff.
     pub notice_connect_failures: u64,
+    /// Subscriptions the server dropped while the store still wanted them (on a Cluster, a
+    /// slot moved to another master): the key's waiters were woken and its channel was
+    /// subscribed again.
+    pub notice_resubscribes: u64,
 }
 
 /// The counts behind [`StoreStats`], shared by a store's clones.
@@ -58,6 +62,7 @@ impl RedisStore {
             stats.notice_rechecks = n.rechecks.load(Ordering::Relaxed);
             stats.notice_connections_lost = n.connections_lost.load(Ordering::Relaxed);
             stats.notice_connect_failures = n.connect_failures.load(Ordering::Relaxed);
+            stats.notice_resubscribes = n.resubscribes.load(Ordering::Relaxed);
         }
         stats
     }
