@@ -223,8 +223,8 @@ impl RedisStoreBuilder {
 
     /// Whether the fast reserve also says how long a completed record it replays has left
     /// (default off). On, the fast reserve is sent as `MULTI`, `SET … NX … GET`, `PTTL`,
-    /// `EXEC`: still one round trip and one atomic step, at some cost to the server (about
-    /// 5,000 instructions per reserve, BENCHMARKS.md). Turn it on with the driver's replay
+    /// `EXEC`: still one round trip and one atomic step, at a cost to the server (a replay
+    /// takes about 18,200 instructions instead of 8,200, BENCHMARKS.md). Turn it on with the driver's replay
     /// cache (`Coordinator::with_replay_cache`): the cache keeps only replays whose time left
     /// the store said, so without it a record completed by another process and replayed
     /// through the fast reserve is never kept (one this process completed is).
