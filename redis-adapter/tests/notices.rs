@@ -399,12 +399,11 @@ impl Store for ReportsInFlight {
 }
 
 /// A call on `holders` holds `key` while a call on `waiters` waits on it; the key's slot moves
-/// to another master; the holder completes right after a reserve of the waiter's that came
-/// more than an initial backoff after the move (a waiter woken by the move, whose reserve
-/// finds the key still held, ignores notices for one initial backoff; see
-/// `Attempt::handle_record_changed`). How long after the completion, and after that reserve's
-/// "in flight" reply, the waiter answered: a waiter that no notice wakes sleeps out a whole
-/// backoff after the reply, 2 s at least.
+/// to another master; with notices, once the waiter's store has subscribed the key again on
+/// the new owner and read the record (still held), the holder completes; without, 100 ms
+/// after the move. The move does not wake the waiter (no reserve is sent meanwhile). How long
+/// after the completion, and after the waiter's "in flight" reply, it answered: a waiter that
+/// no notice wakes sleeps out a whole backoff after the reply, 2 s at least.
 async fn waiter_latency_across_a_slot_move(
     cluster: &RedisCluster,
     holders: RedisStore,
@@ -455,6 +454,7 @@ async fn waiter_latency_across_a_slot_move(
     // The waiter has been told "in flight" and waits; with notices, on its key's live
     // subscription.
     told.recv().await.unwrap();
+    let replied = Instant::now();
     if watching {
         let deadline = Instant::now() + Duration::from_secs(10);
         while waiters.stats().notice_rechecks == 0 {
@@ -467,13 +467,25 @@ async fn waiter_latency_across_a_slot_move(
     tokio::task::spawn_blocking(move || move_slot(&ports, &redis_key))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(4_500)).await;
-    while told.try_recv().is_ok() {}
-    tokio::time::timeout(Duration::from_secs(10), told.recv())
-        .await
-        .expect("the waiter never reserved again")
-        .unwrap();
-    let replied = Instant::now();
+    if watching {
+        // The old owner dropped the subscription; the store makes it again on the new one
+        // and, once it is live, the waiter reads the record again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = waiters.stats();
+            if stats.notice_resubscribes >= 1 && stats.notice_rechecks >= 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the key was not subscribed again: {stats:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    } else {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(told.try_recv().is_err(), "the move woke the waiter");
     finish.send(()).unwrap();
     let completed = holding.await.unwrap();
     let answered = waiting.await.unwrap();

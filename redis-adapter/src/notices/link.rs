@@ -1,7 +1,8 @@
 //! The notices' connection and the task that keeps it: subscriptions as the registry asks,
 //! notices into the registry, a `PING` every health-check interval, a subscription the
-//! server dropped made again (its key's waiters woken), and a new connection (every key
-//! subscribed again, every waiter woken) whenever the old one fails.
+//! server dropped made again (its key's waiters read the record again once it is live), and
+//! a new connection (every key subscribed again, every waiter woken) whenever the old one
+//! fails.
 
 use std::collections::HashMap;
 use std::sync::Weak;

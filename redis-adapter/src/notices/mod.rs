@@ -30,8 +30,9 @@
 //!
 //! **Followed.** When the server drops a subscription the store still wants (on a Cluster,
 //! the node that loses a slot to another master unsubscribes its clients from the slot's
-//! sharded channels), the key's waiters are woken and the channel is subscribed again, on the
-//! slot's new owner; a failed subscription ends the connection as above.
+//! sharded channels), the channel is subscribed again, on the slot's new owner, and once it is
+//! live each of the key's waiters reads the record again, as a registration that was not live
+//! at once does; a failed subscription ends the connection as above.
 //!
 //! **A hint, never a result.** A notice carries no data and is never trusted for the result:
 //! a woken waiter reserves again and reads the record. A missed notice (the subscription
@@ -133,17 +134,15 @@ impl Shared {
     }
 
     /// The server dropped the subscription of `key`'s channel (a Cluster slot moved to
-    /// another node): if the key is still wanted, its waiters are woken, since its notices
-    /// may be missed until it is subscribed again, and the entry's generation is returned for
-    /// that subscription. `None` if nobody waits on the key any more.
+    /// another node): if the key is still wanted, it is no longer live, so each of its
+    /// waiters reads the record again once it is subscribed again (a notice published
+    /// meanwhile is missed, and the read sees what it announced), and the entry's generation is
+    /// returned for that subscription. `None` if nobody waits on the key any more.
     fn dropped(&self, key: &[u8]) -> Option<u64> {
         let key = std::str::from_utf8(key).ok()?;
         let registry = self.registry();
         let entry = registry.get(key).filter(|entry| entry.refs > 0)?;
-        entry.signal.send_modify(|signal| {
-            signal.live = false;
-            signal.wakes += 1;
-        });
+        entry.signal.send_modify(|signal| signal.live = false);
         Some(entry.generation)
     }
 
@@ -314,50 +313,48 @@ impl Drop for Registration {
 }
 
 impl Registration {
-    /// Resolves at the first notice or wake-up of the key since the registration, or, when
-    /// `recheck` asks for it, as soon as the record read once the subscription is live
-    /// (`pending`, which answers whether the key still holds a pending record) is no longer
-    /// pending.
-    pub(crate) async fn wait<F>(mut self, recheck: Recheck, pending: impl FnOnce() -> F)
+    /// Resolves at the first notice or wake-up of the key since the registration, or as
+    /// soon as a read of the record made once the subscription is live (`pending`, which
+    /// answers whether the key still holds a pending record) finds it no longer pending. The
+    /// record is read when `recheck` asks for it, and again each time the subscription comes
+    /// back after the server dropped it (a Cluster slot moved): a notice published while it
+    /// was down is missed, and the read sees what it announced.
+    pub(crate) async fn wait<F>(mut self, recheck: Recheck, pending: impl Fn() -> F)
     where
         F: Future<Output = bool>,
     {
         let start = self.at_call;
-        if start.live && recheck == Recheck::IfNotLive {
-            return self.woken_after(start.wakes).await;
-        }
-        // Until the subscription is live, only a notice or a wake-up can come.
-        let Ok(now) = self
-            .signal
-            .wait_for(|signal| signal.live || signal.wakes != start.wakes)
-            .await
-            .map(|signal| *signal)
-        else {
-            return std::future::pending().await;
-        };
-        if now.wakes != start.wakes {
-            return;
-        }
-        let pending = pending().await;
-        self.shared
-            .counters
-            .rechecks
-            .fetch_add(1, Ordering::Relaxed);
-        if !pending {
-            return;
-        }
-        self.woken_after(now.wakes).await;
-    }
-
-    async fn woken_after(&mut self, wakes: u64) {
-        if self
-            .signal
-            .wait_for(|signal| signal.wakes != wakes)
-            .await
-            .is_err()
-        {
-            // The store is gone; the waiter's backoff governs.
-            std::future::pending::<()>().await;
+        let wakes = start.wakes;
+        // Whether the record must be read once the subscription is live.
+        let mut read = !(start.live && recheck == Recheck::IfNotLive);
+        loop {
+            // A notice or a wake-up; or the subscription live when a read is due; or
+            // dropped when none is.
+            let Ok(now) = self
+                .signal
+                .wait_for(|signal| signal.wakes != wakes || signal.live == read)
+                .await
+                .map(|signal| *signal)
+            else {
+                // The store is gone; the waiter's backoff governs.
+                return std::future::pending().await;
+            };
+            if now.wakes != wakes {
+                return;
+            }
+            if !now.live {
+                read = true;
+                continue;
+            }
+            let still_pending = pending().await;
+            self.shared
+                .counters
+                .rechecks
+                .fetch_add(1, Ordering::Relaxed);
+            if !still_pending {
+                return;
+            }
+            read = false;
         }
     }
 }

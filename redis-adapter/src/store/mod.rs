@@ -187,7 +187,7 @@ impl RedisStore {
             match registration {
                 Some(registration) => {
                     registration
-                        .wait(recheck, || store.still_pending(redis_key))
+                        .wait(recheck, || store.still_pending(redis_key.clone()))
                         .await;
                 }
                 None => std::future::pending().await,
