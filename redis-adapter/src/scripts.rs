@@ -15,7 +15,10 @@
 //! - judges liveness by one rule, the one the fast reserve uses: **a record is live exactly
 //!   while its key exists**, and its deadline is the key's expiry plus one millisecond
 //!   (`PEXPIRETIME + 1`; a key without an expiry never ends). No script reads a deadline from
-//!   the value, which holds none;
+//!   the value, which holds none. Redis keeps a key for a whole script by the clock of the
+//!   script's start, which can lag `TIME` across a millisecond boundary, so a script also
+//!   treats a key whose deadline is at or before its own `now` as absent: every answer is the
+//!   record machine's at the `now` it reports;
 //! - writes with `SET … PXAT deadline-1`, so Redis drops a record by itself exactly when the
 //!   record machine treats it as gone (Redis keeps a key while its clock is at or before the
 //!   expiry);

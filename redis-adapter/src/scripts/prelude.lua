@@ -60,3 +60,11 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local rec, why = load(KEYS[1])
 if rec == false then return {'!', now, why} end
+-- The record's deadline, from its key's expiry, judged at this script's own `now`: Redis
+-- keeps a key for the whole script by the clock of the script's start, which may lag `TIME`
+-- by a millisecond boundary, and the record machine treats a record as absent from its
+-- deadline on (I9).
+if rec then
+  rec.deadline = deadline(KEYS[1])
+  if now >= rec.deadline then rec = nil end
+end

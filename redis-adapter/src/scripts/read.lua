@@ -1,2 +1,2 @@
 if not rec then return {'E', now} end
-return {'V', now, rec.raw, deadline(KEYS[1])}
+return {'V', now, rec.raw, rec.deadline}

@@ -2,7 +2,7 @@ if not rec then return {'X', now, 2} end
 if rec.owner ~= ARGV[1] then return {'X', now, 1} end
 if rec.state ~= 1 then return {'X', now, 3} end
 -- A lease is never shortened; the value (and its waiter mark) is unchanged.
-local ends = deadline(KEYS[1])
+local ends = rec.deadline
 local lease_until = later(now, ARGV[2])
 if lease_until > ends then
   redis.call('PEXPIREAT', KEYS[1], string.format('%d', lease_until - 1))

@@ -4,7 +4,7 @@ if not rec then
   return {'R', now, lease_until}
 end
 if rec.fp ~= ARGV[2] then return {'K', now, rec.fp} end
-local ends = deadline(KEYS[1])
+local ends = rec.deadline
 if rec.state == 1 then
   if rec.owner == ARGV[1] then return {'R', now, ends} end
   if ARGV[4] == '1' and not rec.watched then
