@@ -205,10 +205,11 @@ impl<C: Connection> TimedStore for FastPaths<C> {
             .map_err(unavailable(CommandKind::Read))?;
         let before = server_now(&mut conn).await?;
         let reply = self.apply(operation, key, &command).await?;
-        // A record this command wrote: a fresh grant (a grant on a key taken before is the
-        // owner's retry of an earlier one, made at an earlier instant), or a completion.
+        // A record this command may have written: a grant (a fresh one, or the owner's retry
+        // of an earlier one, unchanged, on a key taken before), or a completion.
+        let retry = matches!(command, Command::Reserve { .. }) && taken;
         let wrote = match &reply {
-            Reply::Reserved(granted) => granted.lease_until.is_none() && !taken,
+            Reply::Reserved(granted) => granted.lease_until.is_none(),
             Reply::Completed(Completion::InTime | Completion::AfterLeaseExpiry) => true,
             _ => false,
         };
@@ -225,6 +226,16 @@ impl<C: Connection> TimedStore for FastPaths<C> {
             let after = server_now(&mut conn).await?;
             if let Ok(expiry) = u64::try_from(expiry) {
                 let at = (expiry + 1).saturating_sub(span);
+                // A grant on a key taken before whose expiry does not date it in the window is
+                // the owner's retry, unchanged: the window places it. (One dated in it is a
+                // fresh grant: the key expired between the check and the command.)
+                if retry && !(before..=after).contains(&at) {
+                    let window = Timing::Within(
+                        Timestamp::from_millis(before),
+                        Timestamp::from_millis(after),
+                    );
+                    return Ok((reply, window));
+                }
                 // A record that outlives its lease would be made after the window.
                 if !(before..=after).contains(&at) {
                     return Err(StoreError::Unavailable {
