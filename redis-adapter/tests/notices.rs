@@ -33,15 +33,17 @@ fn waiting_options() -> Options {
 /// An answer this soon after the holder completed cannot be the backoff's.
 const BEFORE_BACKOFF: Duration = Duration::from_millis(1_500);
 
-/// A store that, when a reserve is answered "in flight" for the first time, holds the reply
-/// back until the holder has completed: the completion lands between the waiter's reply and
-/// anything the waiter does after it (its registration, its subscription).
-struct CompletesBeforeTheReply {
+/// A waiter's store that watches its reserves answered "in flight": it reports each one
+/// (`reports`), and, the first time, with `hook` set, holds the reply back until the holder has
+/// completed, so that the completion lands between the waiter's reply and anything the waiter
+/// does after it (its registration, its subscription).
+struct WatchesInFlight {
     inner: RedisStore,
     hook: Mutex<Option<(oneshot::Sender<()>, oneshot::Receiver<()>)>>,
+    reports: Option<mpsc::UnboundedSender<()>>,
 }
 
-impl Store for CompletesBeforeTheReply {
+impl Store for WatchesInFlight {
     async fn apply(
         &self,
         operation: &Operation,
@@ -50,6 +52,9 @@ impl Store for CompletesBeforeTheReply {
     ) -> Result<Reply, StoreError> {
         let reply = self.inner.apply(operation, key, command).await?;
         if matches!(reply, Reply::InFlight { .. }) {
+            if let Some(reports) = &self.reports {
+                let _ = reports.send(());
+            }
             let hook = self.hook.lock().unwrap().take();
             if let Some((finish, completed)) = hook {
                 finish.send(()).unwrap();
@@ -98,9 +103,10 @@ async fn completion_before_the_subscription(waiter: RedisStore, holder: RedisSto
         (value, at)
     });
     running.await.unwrap();
-    let store = CompletesBeforeTheReply {
+    let store = WatchesInFlight {
         inner: waiter,
         hook: Mutex::new(Some((finish, completion))),
+        reports: None,
     };
     let waiter = Coordinator::new(store, waiting_options());
     let waited = waiter
@@ -361,43 +367,6 @@ fn patient_options() -> Options {
         .unwrap()
 }
 
-/// A waiter's store that says when a reserve was answered "in flight".
-struct ReportsInFlight {
-    inner: RedisStore,
-    in_flight: mpsc::UnboundedSender<()>,
-}
-
-impl Store for ReportsInFlight {
-    async fn apply(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<Reply, StoreError> {
-        let reply = self.inner.apply(operation, key, command).await?;
-        if matches!(reply, Reply::InFlight { .. }) {
-            let _ = self.in_flight.send(());
-        }
-        Ok(reply)
-    }
-
-    fn changed<'a>(
-        &'a self,
-        operation: &'a Operation,
-        key: &'a Key,
-    ) -> impl Future<Output = ()> + Send + 'a {
-        self.inner.changed(operation, key)
-    }
-
-    fn watch<'a>(
-        &'a self,
-        operation: &'a Operation,
-        key: &'a Key,
-    ) -> impl Future<Output = ()> + Send + 'a {
-        self.inner.watch(operation, key)
-    }
-}
-
 /// A call on `holders` holds `key` while a call on `waiters` waits on it; the key's slot moves
 /// to another master; with notices, once the waiter's store has subscribed the key again on
 /// the new owner and read the record (still held), the holder completes; without, 100 ms
@@ -435,9 +404,10 @@ async fn waiter_latency_across_a_slot_move(
     });
     running.await.unwrap();
     let (in_flight, mut told) = mpsc::unbounded_channel();
-    let store = ReportsInFlight {
+    let store = WatchesInFlight {
         inner: waiters.clone(),
-        in_flight,
+        hook: Mutex::new(None),
+        reports: Some(in_flight),
     };
     let waiter = Coordinator::new(store, patient_options());
     let waiter_key = key.to_owned();
