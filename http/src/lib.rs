@@ -187,6 +187,7 @@
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
 //!   facade (the `metrics` module, with the feature on).
 
+mod disposition;
 pub mod header;
 mod layer;
 pub mod problem;
@@ -198,6 +199,7 @@ mod extract;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 
+pub use disposition::Disposition;
 pub use header::{BareToken, IDEMPOTENCY_KEY, KeyHeaderError};
 pub use layer::{
     ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, IDEMPOTENT_REPLAYED,
