@@ -35,6 +35,7 @@ use crate::call::{Call, Ended, Paused};
 use crate::claim::Claim;
 use crate::clock::Clock;
 use crate::codec::{Codec, Json};
+use crate::ending::Ending;
 use crate::entropy::Entropy;
 use crate::error::Error;
 use crate::metrics::{Counter, Metrics, MetricsSnapshot};
@@ -322,7 +323,7 @@ impl<S: Store> Coordinator<S> {
         E: Send + 'static,
         C: Codec<T>,
         F: FnOnce(Claim) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        Fut: Future<Output: Into<Ending<T, E>>> + Send + 'static,
     {
         let call = self.call(operation, key, fingerprint, codec, None)?;
         spawned(call, action).await
@@ -370,14 +371,16 @@ impl<S: Store> Coordinator<S> {
         C: Codec<T>,
         Tx: Transaction,
         F: FnOnce(Claim) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(T, Tx), E>> + Send + 'static,
+        Fut: Future<Output: Into<Ending<(T, Tx), E>>> + Send + 'static,
     {
         let slot = TransactionSlot::default();
         let call = self.call(operation, key, fingerprint, codec, Some(slot.clone()))?;
         let action = move |claim| async move {
-            let (value, transaction) = action(claim).await?;
-            slot.put(transaction);
-            Ok(value)
+            // A transaction that is not put in the slot is dropped, which rolls it back.
+            action(claim).await.into().map(|(value, transaction)| {
+                slot.put(transaction);
+                value
+            })
         };
         spawned(call, action).await
     }
@@ -469,7 +472,7 @@ where
     T: Send + 'static,
     E: Send + 'static,
     F: FnOnce(Claim) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    Fut: Future<Output: Into<Ending<T, E>>> + Send + 'static,
 {
     if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
         return resume(ended);

@@ -19,6 +19,7 @@ use crate::store::{BoxError, StoreError};
 /// | [`RolledBack`](Self::RolledBack), [`CommitUnknown`](Self::CommitUnknown) | 503 | yes | a transactional call committed nothing, or committed everything with its record |
 /// | [`ResultNotStored`](Self::ResultNotStored), [`OutcomeUnknown`](Self::OutcomeUnknown), [`CorruptRecord`](Self::CorruptRecord), [`Decode`](Self::Decode), [`Protocol`](Self::Protocol) | 500 | no | the request ran once, or may have, or the key's record is damaged; a retry will not run it again |
 /// | [`Action`](Self::Action) | the caller's | yes | the action's own error, unchanged; the reservation was released (`I5`) |
+/// | [`ActionUnknown`](Self::ActionUnknown) | the caller's | no | the action's own error, unchanged; its effect is unknown, so the key is recorded as such (rule 11) |
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error<E> {
@@ -92,6 +93,12 @@ pub enum Error<E> {
     /// runs the action again (`I5`).
     #[error("the action failed: {0}")]
     Action(#[source] E),
+    /// The action's own error, unchanged, from an action that ended
+    /// [`Ending::Unknown`](crate::Ending::Unknown): it failed with its effect unknown, so
+    /// the key is recorded as "outcome unknown", as for a panic (rule 11), and an identical
+    /// retry gets [`OutcomeUnknown`](Self::OutcomeUnknown) rather than a second run.
+    #[error("the action failed, its effect unknown: {0}")]
+    ActionUnknown(#[source] E),
 }
 
 impl<E> Error<E> {
@@ -111,7 +118,7 @@ impl<E> Error<E> {
             | Error::CorruptRecord { .. }
             | Error::Decode(_)
             | Error::Protocol(_) => Some(500),
-            Error::Action(_) => None,
+            Error::Action(_) | Error::ActionUnknown(_) => None,
         }
     }
 
@@ -133,10 +140,11 @@ impl<E> Error<E> {
         )
     }
 
-    /// The action's error, if that is what this is.
+    /// The action's own error, if that is what this is: [`Action`](Self::Action) or
+    /// [`ActionUnknown`](Self::ActionUnknown).
     pub fn into_action(self) -> Option<E> {
         match self {
-            Error::Action(error) => Some(error),
+            Error::Action(error) | Error::ActionUnknown(error) => Some(error),
             _ => None,
         }
     }

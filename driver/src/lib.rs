@@ -118,6 +118,7 @@ pub mod claim;
 mod clock;
 pub mod codec;
 pub mod coordinator;
+mod ending;
 mod entropy;
 pub mod error;
 pub mod memory;
@@ -134,6 +135,7 @@ pub use any_store::AnyStore;
 pub use claim::Claim;
 pub use codec::{Codec, Json};
 pub use coordinator::Coordinator;
+pub use ending::Ending;
 pub use error::Error;
 pub use idem_core::record;
 pub use idem_core::{

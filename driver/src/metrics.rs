@@ -1,7 +1,7 @@
 //! Counters of the coordinator's decisions, readable as a snapshot.
 //!
 //! Every call ends in exactly one of executed, replayed, in progress, key reuse, store
-//! unavailable, action failed, panicked, result not stored, outcome unknown, corrupt record,
+//! unavailable, action failed, panicked, action unknown, result not stored, outcome unknown, corrupt record,
 //! decode failure or invalid input, or it is abandoned by its caller (attached calls only).
 //! Failed open, lease lost and left to lease count executions that ran without the full
 //! protection (`I7`'s named causes). Store errors are counted per command, including those
@@ -40,6 +40,7 @@ pub(crate) enum Counter {
     LeftToLease,
     RolledBack,
     CommitUnknown,
+    ActionUnknown,
     CacheHit,
     CacheMiss,
     CacheEviction,
@@ -82,6 +83,7 @@ impl Metrics {
             left_to_lease: read(Counter::LeftToLease),
             rolled_back: read(Counter::RolledBack),
             commit_unknown: read(Counter::CommitUnknown),
+            action_unknown: read(Counter::ActionUnknown),
             replay_cache: ReplayCacheStats {
                 hits: read(Counter::CacheHit),
                 misses: read(Counter::CacheMiss),
@@ -144,6 +146,10 @@ pub struct MetricsSnapshot {
     pub rolled_back: u64,
     /// Transactional calls whose commit's outcome could not be learned.
     pub commit_unknown: u64,
+    /// Calls whose action ended [`Ending::Unknown`](crate::Ending::Unknown) outside a
+    /// transaction: failed with its effect unknown, so the record says "outcome unknown"
+    /// (as for a panic) and the caller got [`Error::ActionUnknown`](crate::Error::ActionUnknown).
+    pub action_unknown: u64,
     /// The replay cache's counters (all zero while it is off).
     pub replay_cache: ReplayCacheStats,
     /// Store errors by command, including those a retry recovered.

@@ -11,6 +11,7 @@ use crate::answer::Answer;
 use crate::claim::Claim;
 use crate::codec::{Codec, Json};
 use crate::coordinator::Coordinator;
+use crate::ending::Ending;
 use crate::error::Error;
 use crate::store::Store;
 
@@ -174,6 +175,86 @@ impl<S: Store, T, E, C: Codec<T> + Clone> OperationHandle<S, T, E, C> {
         Tx: crate::Transaction,
         F: FnOnce(Claim) -> Fut + Send + 'static,
         Fut: Future<Output = Result<(T, Tx), E>> + Send + 'static,
+    {
+        self.coordinator
+            .transactional(
+                self.operation.clone(),
+                key.as_ref(),
+                fingerprint,
+                self.codec.clone(),
+                action,
+            )
+            .await
+    }
+
+    /// As [`execute_with_provenance`](Self::execute_with_provenance), for an action that
+    /// can say its effect is unknown: it returns an [`Ending`], and
+    /// [`Ending::Unknown`] is recorded as "outcome unknown" (never released, rule 11) and
+    /// answered [`Error::ActionUnknown`]. Detached, as every `execute`.
+    ///
+    /// ```
+    /// use idem::{Coordinator, Ending, Error, Fingerprint, MemoryStore, Options};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let payments = Coordinator::new(MemoryStore::new(), Options::default());
+    /// let charges = payments.operation::<String, &'static str>("payment.charge")?;
+    /// let fp = Fingerprint::builder().field("amount", 100).finish()?;
+    ///
+    /// // The provider's reply never came: the card may have been charged.
+    /// let first = charges
+    ///     .execute_with_ending("key-1", fp, |_claim| async { Ending::Unknown("provider timed out") })
+    ///     .await;
+    /// assert!(matches!(first, Err(Error::ActionUnknown("provider timed out"))));
+    ///
+    /// // The retry is not run again: its outcome is the first one's, unknown.
+    /// let retry = charges
+    ///     .execute_with_ending("key-1", fp, |_claim| async { Ending::Succeeded("ch_2".to_owned()) })
+    ///     .await;
+    /// assert!(matches!(retry, Err(Error::OutcomeUnknown)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn execute_with_ending<F, Fut>(
+        &self,
+        key: impl AsRef<str>,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Ending<T, E>> + Send + 'static,
+    {
+        self.coordinator
+            .detached(
+                self.operation.clone(),
+                key.as_ref(),
+                fingerprint,
+                self.codec.clone(),
+                action,
+            )
+            .await
+    }
+
+    /// As [`execute_in_transaction`](Self::execute_in_transaction), for an action that
+    /// returns an [`Ending`]: `Succeeded((value, transaction))` commits with the record;
+    /// [`Failed`](Ending::Failed) and [`Unknown`](Ending::Unknown) both drop the
+    /// transaction, which rolls the writes back, so nothing happened and the key is
+    /// released ([`Error::Action`]).
+    pub async fn execute_in_transaction_with_ending<Tx, F, Fut>(
+        &self,
+        key: impl AsRef<str>,
+        fingerprint: Fingerprint,
+        action: F,
+    ) -> Result<Answer<T>, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        Tx: crate::Transaction,
+        F: FnOnce(Claim) -> Fut + Send + 'static,
+        Fut: Future<Output = Ending<(T, Tx), E>> + Send + 'static,
     {
         self.coordinator
             .transactional(

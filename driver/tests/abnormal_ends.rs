@@ -601,3 +601,72 @@ async fn a_renewal_given_up_in_the_poll_that_sends_the_complete_is_counted() {
     assert_eq!(counted.store_errors.renew, 1);
     assert_eq!(counted.store_errors.total(), 1);
 }
+
+/// An action that says its effect is unknown (`Ending::Unknown`: the provider's reply never
+/// came) is recorded as a panic is, never released: the caller gets its own error as
+/// `ActionUnknown`, every retry `OutcomeUnknown`, and nothing runs twice. `Failed` releases.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_ending_is_recorded_as_outcome_unknown_and_never_runs_again() {
+    let coordinator = common::coordinator(Options::default());
+    let handle = coordinator.operation::<u32, ProviderTimeout>(OP).unwrap();
+    let provider = Arc::new(Provider::default());
+    let charging = Arc::clone(&provider);
+    let first = handle
+        .execute_with_ending("k", fingerprint("o", 1), move |claim| async move {
+            charging
+                .charge("o", 1, claim.key().as_str(), Duration::ZERO)
+                .await;
+            idem::Ending::Unknown(ProviderTimeout)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(first, Error::ActionUnknown(ProviderTimeout)),
+        "{first:?}"
+    );
+    assert_eq!(
+        first.http_status(),
+        None,
+        "the action's own error: the caller's"
+    );
+    assert!(!first.is_retryable());
+    let record = read(&**coordinator.store(), OP, "k").await;
+    assert!(
+        matches!(
+            record,
+            Some(Record::Completed {
+                result: StoredResult::Panicked,
+                ..
+            })
+        ),
+        "{record:?}"
+    );
+    for _ in 0..2 {
+        let again = retry_u32(&coordinator, &provider).await.unwrap_err();
+        assert!(matches!(again, Error::OutcomeUnknown), "{again:?}");
+    }
+    assert_eq!(one_effect(&provider), Ok(()));
+
+    // A failure before any effect is given back: the retry runs.
+    let failed = handle
+        .execute_with_ending("k-2", fingerprint("o", 1), |_claim| async {
+            idem::Ending::Failed(ProviderTimeout)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failed, Error::Action(ProviderTimeout)),
+        "{failed:?}"
+    );
+    assert_eq!(read(&**coordinator.store(), OP, "k-2").await, None);
+    let counted = coordinator.metrics();
+    assert_eq!(
+        (
+            counted.action_unknown,
+            counted.outcome_unknown,
+            counted.panicked,
+            counted.action_failed
+        ),
+        (1, 2, 0, 1)
+    );
+}

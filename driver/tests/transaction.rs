@@ -207,3 +207,38 @@ async fn a_failure_or_a_panic_rolls_back_and_the_retry_runs() {
         (1, 1, 1)
     );
 }
+
+/// An action that ends `Unknown` in a transaction: its writes roll back with the
+/// transaction, so nothing happened, and the key is given back (unlike a plain call, where
+/// `Unknown` is recorded as "outcome unknown").
+#[tokio::test]
+async fn an_unknown_ending_in_a_transaction_rolls_back_and_releases() {
+    let coordinator = Coordinator::new(MemoryStore::new(), options());
+    let orders = Arc::new(Orders::default());
+    let handle = coordinator
+        .operation::<String, ProviderTimeout>("order.create")
+        .unwrap();
+    let (rows, store) = (Arc::clone(&orders), Arc::clone(coordinator.store()));
+    let first = handle
+        .execute_in_transaction_with_ending("k", fingerprint("o", 1), move |_claim| async move {
+            let transaction = Pending {
+                orders: rows,
+                store,
+                rows: vec!["o-1".to_owned()],
+            };
+            // The transaction is dropped with the ending: nothing commits.
+            drop(transaction);
+            idem::Ending::<(String, Pending<MemoryStore>), _>::Unknown(ProviderTimeout)
+        })
+        .await;
+    assert!(
+        matches!(first, Err(Error::Action(ProviderTimeout))),
+        "{first:?}"
+    );
+    assert!(orders.0.lock().unwrap().is_empty());
+    let retry = create_order(&coordinator, &orders, "o-2", Duration::ZERO).await;
+    assert_eq!(retry.unwrap(), "o-2", "released: the retry runs");
+    assert_eq!(*orders.0.lock().unwrap(), ["o-2"]);
+    let metrics = coordinator.metrics();
+    assert_eq!((metrics.action_failed, metrics.action_unknown), (1, 0));
+}

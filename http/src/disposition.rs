@@ -121,7 +121,10 @@ mod tests {
             (StatusCode::CONFLICT, Disposition::Record),
             (StatusCode::UNPROCESSABLE_ENTITY, Disposition::Record),
             (StatusCode::UNAUTHORIZED, Disposition::Release),
-            (StatusCode::PROXY_AUTHENTICATION_REQUIRED, Disposition::Release),
+            (
+                StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+                Disposition::Release,
+            ),
             (StatusCode::TOO_MANY_REQUESTS, Disposition::Release),
             (StatusCode::REQUEST_TIMEOUT, Disposition::Unknown),
             (StatusCode::INTERNAL_SERVER_ERROR, Disposition::Unknown),

@@ -204,7 +204,6 @@ pub use header::{BareToken, IDEMPOTENCY_KEY, KeyHeaderError};
 pub use layer::{
     ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, IDEMPOTENT_REPLAYED,
     Idempotency, IdempotencyLayer, IdempotencyLayerBuilder, NEVER_STORED, RequestBody,
-    released_by_default,
 };
 pub use problem::{PROBLEM_JSON, Problem, ProblemType, RetryAfter};
 pub use response::ResponseBody;

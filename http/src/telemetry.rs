@@ -10,7 +10,10 @@ use idem::{Fingerprint, Operation, OperationError};
 use crate::problem::ProblemType;
 
 /// The route a request took: its method and its route template (axum's `MatchedPath`), or
-/// its path when there is no template.
+/// "unmatched" when there is no template (no route matched, or the layer sits outside the
+/// router). The raw path never names an operation or a counter's label: a client that
+/// sends a new path with each request would otherwise make a new time series (and a new
+/// key space) each time.
 pub(crate) struct Route {
     method: Method,
     template: Template,
@@ -19,15 +22,19 @@ pub(crate) struct Route {
 enum Template {
     #[cfg(feature = "axum")]
     Matched(axum::extract::MatchedPath),
-    Path(http::Uri),
+    #[cfg(test)]
+    Given(&'static str),
+    Unmatched,
 }
 
 impl Template {
-    fn as_str(&self) -> &str {
+    fn as_str(&self) -> Option<&str> {
         match self {
             #[cfg(feature = "axum")]
-            Template::Matched(matched) => matched.as_str(),
-            Template::Path(uri) => uri.path(),
+            Template::Matched(matched) => Some(matched.as_str()),
+            #[cfg(test)]
+            Template::Given(template) => Some(template),
+            Template::Unmatched => None,
         }
     }
 }
@@ -43,7 +50,7 @@ impl Route {
         }
         Self {
             method: parts.method.clone(),
-            template: Template::Path(parts.uri.clone()),
+            template: Template::Unmatched,
         }
     }
 
@@ -52,8 +59,21 @@ impl Route {
     /// that two routes never share a name (`POST /charges` is `POST.charges`,
     /// `POST /orders/{id}/refund` is `POST.orders._7Bid_7D.refund`). A name longer than
     /// `max` bytes is replaced by `h-` and 128 bits of a SHA-256 of the method and template.
+    /// Without a template, the method and `_unmatched`, which no template's name can be
+    /// (an escape's `_` is always followed by two hex digits): every unmatched request of a
+    /// method shares one key space, and the fingerprint (which covers the path) tells its
+    /// requests apart.
     pub(crate) fn operation(&self, max: usize) -> Result<Operation, OperationError> {
-        let template = self.template.as_str();
+        let Some(template) = self.template.as_str() else {
+            let mut name = String::with_capacity(self.method.as_str().len() + 10);
+            escape(self.method.as_str(), &mut name);
+            name.push_str("_unmatched");
+            if name.len() > max {
+                let digest = Fingerprint::of_bytes(format!("{} unmatched", self.method).as_bytes());
+                name = format!("h-{}", &digest.to_string()[..32]);
+            }
+            return Operation::new(name);
+        };
         let mut name = String::with_capacity(self.method.as_str().len() + template.len() + 8);
         escape(self.method.as_str(), &mut name);
         if !template.starts_with('/') {
@@ -89,7 +109,10 @@ impl Route {
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.method, self.template.as_str())
+        match self.template.as_str() {
+            Some(template) => write!(f, "{} {template}", self.method),
+            None => write!(f, "{} (unmatched)", self.method),
+        }
     }
 }
 
@@ -120,8 +143,17 @@ pub(crate) enum Event {
     Conflict,
     /// Answered 422: the key was used for another request.
     KeyReuse,
-    /// The handler's response was released, not recorded (5xx by default).
+    /// The handler's response was released, not recorded ([`Disposition::Release`], or
+    /// the inner service was not ready).
+    ///
+    /// [`Disposition::Release`]: crate::Disposition::Release
     Released,
+    /// The response's outcome is unknown ([`Disposition::Unknown`]: a server error or 408
+    /// the handler did not mark, a service error, a panic): recorded as such, never
+    /// released.
+    ///
+    /// [`Disposition::Unknown`]: crate::Disposition::Unknown
+    Unknown,
     /// The handler ran unprotected: the store failed open.
     FailedOpen,
     /// The handler ran, but its lease lapsed while it did.
@@ -141,6 +173,7 @@ impl Event {
             Event::Conflict => "idem_http_conflicts_total",
             Event::KeyReuse => "idem_http_key_reuse_total",
             Event::Released => "idem_http_released_total",
+            Event::Unknown => "idem_http_outcome_unknown_total",
             Event::FailedOpen => "idem_http_failed_open_total",
             Event::LeaseLost => "idem_http_lease_lost_total",
             Event::Problem(_) => "idem_http_problems_total",
@@ -152,18 +185,24 @@ impl Event {
 mod tests {
     use super::*;
 
-    fn operation(method: Method, path: &str, max: usize) -> String {
+    fn operation(method: Method, template: &'static str, max: usize) -> String {
+        Route {
+            method,
+            template: Template::Given(template),
+        }
+        .operation(max)
+        .unwrap()
+        .as_str()
+        .to_owned()
+    }
+
+    fn unmatched(method: Method, path: &str) -> Route {
         let request = http::Request::builder()
             .method(method)
             .uri(path)
             .body(())
             .unwrap();
-        let (parts, ()) = request.into_parts();
-        Route::of(&parts)
-            .operation(max)
-            .unwrap()
-            .as_str()
-            .to_owned()
+        Route::of(&request.into_parts().0)
     }
 
     #[test]
@@ -176,10 +215,23 @@ mod tests {
         assert_eq!(operation(Method::POST, "/a_2Eb", 100), "POST.a_5F2Eb");
         assert_eq!(operation(Method::POST, "/", 100), "POST.");
         assert_eq!(operation(Method::OPTIONS, "*", 100), "OPTIONS_20_2A");
-        let long = format!("/{}", "x".repeat(80));
-        let hashed = operation(Method::POST, &long, 65);
+        let long: &'static str = format!("/{}", "x".repeat(80)).leak();
+        let hashed = operation(Method::POST, long, 65);
         assert!(hashed.starts_with("h-") && hashed.len() == 34, "{hashed}");
-        assert_ne!(hashed, operation(Method::PATCH, &long, 65));
-        assert_eq!(operation(Method::POST, &long, 100).len(), 85);
+        assert_ne!(hashed, operation(Method::PATCH, long, 65));
+        assert_eq!(operation(Method::POST, long, 100).len(), 85);
+    }
+
+    #[test]
+    fn a_request_without_a_template_is_named_and_labelled_unmatched_whatever_its_path() {
+        for path in ["/charges", "/x/9f1c2a", "/unmatched", "/_unmatched"] {
+            let route = unmatched(Method::POST, path);
+            assert_eq!(route.operation(100).unwrap().as_str(), "POST_unmatched");
+            assert_eq!(route.to_string(), "POST (unmatched)");
+        }
+        // No template's name is the unmatched one, however it is spelled.
+        for template in ["/unmatched", "_unmatched", "/_unmatched", "unmatched"] {
+            assert_ne!(operation(Method::POST, template, 100), "POST_unmatched");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use idem::InFlightPolicy;
-use idem_http::{BareToken, ProblemType};
+use idem_http::{BareToken, Disposition, ProblemType};
 use serde_json::json;
 use support::{Fixture, StoreKind, options, order};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,8 +25,9 @@ on_both_stores![
     under_wait_a_concurrent_duplicate_gets_the_first_response,
     under_raise_a_concurrent_duplicate_is_409_with_retry_after,
     other_methods_pass_through_untouched_and_store_nothing,
-    a_5xx_is_not_recorded_and_a_retry_runs_again,
-    what_is_released_is_configurable,
+    a_failure_the_handler_marks_is_released_and_a_retry_runs_again,
+    an_unmarked_server_error_or_408_is_outcome_unknown_and_never_runs_again,
+    what_is_recorded_is_configurable,
     a_store_outage_fails_closed_with_503_and_retry_after,
     a_store_outage_fails_open_when_told_and_the_handler_runs,
     a_body_over_the_limit_is_413_and_nothing_runs,
@@ -34,7 +35,7 @@ on_both_stores![
     a_response_over_the_body_limit_reaches_its_caller_and_a_retry_is_500,
     json_fields_make_the_fingerprint_when_named,
     two_tenants_sending_one_key_get_two_records_and_two_charges,
-    without_route_templates_the_path_names_the_operation,
+    without_route_templates_no_path_names_an_operation,
 ];
 
 /// A problem body shows no digest (no run of 16 hex digits) and nothing of a request body.
@@ -326,7 +327,7 @@ async fn other_methods_pass_through_untouched_and_store_nothing(kind: StoreKind)
     assert_eq!(g.post(None, &order(1)).await.status, 201);
 }
 
-async fn a_5xx_is_not_recorded_and_a_retry_runs_again(kind: StoreKind) {
+async fn a_failure_the_handler_marks_is_released_and_a_retry_runs_again(kind: StoreKind) {
     let f = Fixture::new(kind, NOW, options(), |layer| layer).await;
     f.bank.fail_next(StatusCode::SERVICE_UNAVAILABLE);
     let failed = f.post(Some("\"k\""), &order(100)).await;
@@ -342,24 +343,63 @@ async fn a_5xx_is_not_recorded_and_a_retry_runs_again(kind: StoreKind) {
     let again = f.post(Some("\"k\""), &order(100)).await;
     assert!(again.replayed());
     assert_eq!(again.body, retry.body);
-    // 429 and 408 say "not processed, try again": released too.
-    f.bank.fail_next(StatusCode::TOO_MANY_REQUESTS);
-    f.bank.fail_next(StatusCode::REQUEST_TIMEOUT);
-    assert_eq!(f.post(Some("\"k-2\""), &order(100)).await.status, 429);
-    assert_eq!(f.post(Some("\"k-2\""), &order(100)).await.status, 408);
+    // 429, 401 and 407 are refusals at the door: released unmarked.
+    for status in [
+        StatusCode::TOO_MANY_REQUESTS,
+        StatusCode::UNAUTHORIZED,
+        StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+    ] {
+        f.bank.answer_next_unmarked(status);
+        assert_eq!(
+            f.post(Some("\"k-2\""), &order(100)).await.status,
+            status.as_u16()
+        );
+    }
     assert_eq!(f.post(Some("\"k-2\""), &order(100)).await.status, 201);
-    assert_eq!((f.bank.runs(), f.bank.charges()), (5, 2));
+    assert_eq!((f.bank.runs(), f.bank.charges()), (6, 2));
 }
 
-async fn what_is_released_is_configurable(kind: StoreKind) {
-    let f = Fixture::new(kind, NOW, options(), |layer| layer.release_when(|_| false)).await;
-    f.bank.fail_next(StatusCode::SERVICE_UNAVAILABLE);
+async fn an_unmarked_server_error_or_408_is_outcome_unknown_and_never_runs_again(kind: StoreKind) {
+    let f = Fixture::new(kind, NOW, options(), |layer| layer).await;
+    for (key, status) in [
+        ("\"k-500\"", StatusCode::INTERNAL_SERVER_ERROR),
+        ("\"k-503\"", StatusCode::SERVICE_UNAVAILABLE),
+        ("\"k-504\"", StatusCode::GATEWAY_TIMEOUT),
+        ("\"k-408\"", StatusCode::REQUEST_TIMEOUT),
+    ] {
+        let runs = f.bank.runs();
+        f.bank.answer_next_unmarked(status);
+        let first = f.post(Some(key), &order(100)).await;
+        assert_eq!(
+            first.status,
+            status.as_u16(),
+            "the first caller gets it unchanged"
+        );
+        assert_eq!(first.json()["error"], "provider unavailable");
+        for _ in 0..2 {
+            f.post(Some(key), &order(100))
+                .await
+                .assert_problem(ProblemType::OutcomeUnknown);
+        }
+        assert_eq!(f.bank.runs(), runs + 1, "{status}: never run again");
+    }
+}
+
+async fn what_is_recorded_is_configurable(kind: StoreKind) {
+    let f = Fixture::new(kind, NOW, options(), |layer| {
+        layer.disposition(|_| Disposition::Record)
+    })
+    .await;
+    f.bank.answer_next_unmarked(StatusCode::SERVICE_UNAVAILABLE);
     let failed = f.post(Some("\"k\""), &order(100)).await;
     let again = f.post(Some("\"k\""), &order(100)).await;
     assert_eq!((again.status, again.replayed()), (503, true));
     assert_eq!(again.body, failed.body);
     let g = Fixture::new(kind, NOW, options(), |layer| {
-        layer.release_when(|status| status == StatusCode::PAYMENT_REQUIRED)
+        layer.disposition(|response| match response.status {
+            StatusCode::PAYMENT_REQUIRED => Disposition::Release,
+            _ => Disposition::by_default(response),
+        })
     })
     .await;
     assert_eq!(g.post(Some("\"k\""), &order(402)).await.status, 402);
@@ -434,16 +474,10 @@ async fn a_body_over_the_limit_is_413_and_nothing_runs(kind: StoreKind) {
 
 async fn a_handler_that_panics_is_outcome_unknown_and_never_runs_again(kind: StoreKind) {
     let f = Fixture::new(kind, NOW, options(), |layer| layer).await;
-    // The handler charges, then panics: the connection dies with it.
-    let first = f
-        .client
-        .post(format!("{}/charges", f.base))
-        .header("idempotency-key", "\"k\"")
-        .header("content-type", "application/json")
-        .body(order(500).to_string())
-        .send()
-        .await;
-    assert!(first.is_err(), "{first:?}");
+    // The handler charges, then panics: its caller is told the outcome is unknown, as every
+    // retry is, rather than having its connection dropped.
+    let first = f.post(Some("\"k\""), &order(500)).await;
+    first.assert_problem(ProblemType::OutcomeUnknown);
     let retry = f.post(Some("\"k\""), &order(500)).await;
     retry.assert_problem(ProblemType::OutcomeUnknown);
     assert_eq!((f.bank.runs(), f.bank.charges()), (1, 1));
@@ -535,9 +569,11 @@ async fn two_tenants_sending_one_key_get_two_records_and_two_charges(kind: Store
     assert_eq!(f.bank.statement(), ["ch_1", "ch_2"]);
 }
 
-async fn without_route_templates_the_path_names_the_operation(kind: StoreKind) {
+async fn without_route_templates_no_path_names_an_operation(kind: StoreKind) {
     use tower::ServiceExt;
-    // A plain tower service, no axum routes: the layer names the operation by the path.
+    // A plain tower service, no axum routes: no path names an operation (a client could
+    // make a key space and a metrics series per request); every unmatched POST shares one,
+    // and the fingerprint, which covers the path, tells them apart.
     let (store, _redis) = support::store(kind).await;
     let coordinator = idem::Coordinator::new(store, options().build().unwrap());
     let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -559,21 +595,21 @@ async fn without_route_templates_the_path_names_the_operation(kind: StoreKind) {
     let app = axum::Router::new().fallback_service(service);
     let (base, server) = support::serve(app).await;
     let client = reqwest::Client::new();
-    let post = |path: &'static str| {
+    let post = |path: &'static str, key: &'static str| {
         let request = client
             .post(format!("{base}{path}"))
-            .header("idempotency-key", "\"k\"")
+            .header("idempotency-key", key)
             .body("same");
         async move { support::Answer::of(request.send().await.unwrap()).await }
     };
-    let a = post("/a").await;
-    let b = post("/b").await;
-    assert_eq!(
-        (a.body.as_ref(), b.body.as_ref()),
-        (&b"/a run 1"[..], &b"/b run 2"[..])
-    );
-    assert!(!b.replayed(), "another path is another operation");
-    let a_again = post("/a").await;
+    let a = post("/a", "\"k\"").await;
+    assert_eq!(a.body.as_ref(), &b"/a run 1"[..]);
+    post("/b", "\"k\"")
+        .await
+        .assert_problem(ProblemType::KeyReuse);
+    let b = post("/b", "\"k-b\"").await;
+    assert_eq!((b.body.as_ref(), b.replayed()), (&b"/b run 2"[..], false));
+    let a_again = post("/a", "\"k\"").await;
     assert!(a_again.replayed());
     assert_eq!(a_again.body, a.body);
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);

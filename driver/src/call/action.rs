@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use super::{ActionFuture, Call};
 use crate::claim::{Claim, LeaseView};
 use crate::codec::Codec;
+use crate::ending::Ending;
 use crate::error::Error;
 use crate::store::Store;
 
@@ -29,7 +30,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     ) -> Result<(), Error<E>>
     where
         F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: Future<Output: Into<Ending<T, E>>>,
     {
         let claim = self.claim(now);
         tracing::debug!(
@@ -44,7 +45,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 running.set(AssertUnwindSafe(future).catch_unwind().fuse());
                 Ok(())
             }
-            Err(payload) => self.action_finished(Err(payload)),
+            Err(payload) => self.action_finished(Err::<Ending<T, E>, _>(payload)),
         }
     }
 
@@ -52,12 +53,12 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     /// tell the attempt what to record.
     pub(super) fn action_finished(
         &mut self,
-        result: Result<Result<T, E>, Box<dyn Any + Send>>,
+        result: Result<impl Into<Ending<T, E>>, Box<dyn Any + Send>>,
     ) -> Result<(), Error<E>> {
         // The claim's lease no longer matters; a lease-lost future now never resolves.
         self.lease = None;
-        let fed = match result {
-            Ok(Ok(value)) => {
+        let fed = match result.map(Into::into) {
+            Ok(Ending::Succeeded(value)) => {
                 // Rule 11: a value whose encoding panics is a panic after the effect.
                 match panic::catch_unwind(AssertUnwindSafe(|| self.codec.encode(&value))) {
                     Ok(Ok(bytes)) => {
@@ -77,9 +78,25 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     Err(payload) => self.panicked(payload),
                 }
             }
-            Ok(Err(error)) => {
+            Ok(Ending::Failed(error)) => {
                 self.failure = Some(error);
                 ActionResult::Failed
+            }
+            // A transactional action's writes roll back with its transaction: nothing
+            // happened, so the key is given back as for a failure.
+            Ok(Ending::Unknown(error)) if self.transaction.is_some() => {
+                self.failure = Some(error);
+                ActionResult::Failed
+            }
+            Ok(Ending::Unknown(error)) => {
+                tracing::warn!(
+                    operation = %self.operation,
+                    key = %self.key,
+                    "the action failed with its effect unknown; the key is recorded as such \
+                     and never given back"
+                );
+                self.unknown = Some(error);
+                ActionResult::Panicked
             }
             Err(payload) => self.panicked(payload),
         };

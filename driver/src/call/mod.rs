@@ -33,6 +33,7 @@ use crate::answer::Answer;
 use crate::claim::{Claim, LeaseView};
 use crate::clock::Clock;
 use crate::codec::Codec;
+use crate::ending::Ending;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::replay_cache::ReplayCache;
@@ -78,6 +79,8 @@ pub(crate) struct Call<S: Store, C, T, E> {
     value: Option<T>,
     /// The action's error, once it failed.
     failure: Option<E>,
+    /// The action's error, once it failed with its effect unknown (recorded as a panic is).
+    unknown: Option<E>,
     /// The action's panic, resumed once the attempt has recorded it.
     panic: Option<Box<dyn Any + Send>>,
     /// The last store failure, for `StoreUnavailable`.
@@ -121,6 +124,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             guard,
             value: None,
             failure: None,
+            unknown: None,
             panic: None,
             store_error: None,
             corrupt: None,
@@ -143,7 +147,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     pub(crate) async fn drive<F, Fut>(mut self, action: F) -> Ended<T, E>
     where
         F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: Future<Output: Into<Ending<T, E>>>,
     {
         match self.pump(Some(action), false).await {
             Ok(Paused::Ended(ended)) => ended,
@@ -157,7 +161,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     pub(crate) async fn until_run<F, Fut>(&mut self) -> Paused<T, E>
     where
         F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: Future<Output: Into<Ending<T, E>>>,
     {
         match self.pump::<F, Fut>(None, false).await {
             Ok(paused) => paused,
@@ -170,7 +174,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     pub(crate) async fn run<F, Fut>(mut self, action: F) -> Ended<T, E>
     where
         F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: Future<Output: Into<Ending<T, E>>>,
     {
         match self.pump(Some(action), true).await {
             Ok(Paused::Ended(ended)) => ended,
@@ -188,7 +192,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     ) -> Result<Paused<T, E>, Error<E>>
     where
         F: FnOnce(Claim) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        Fut: Future<Output: Into<Ending<T, E>>>,
     {
         let store = Arc::clone(&self.store);
         let (operation, key) = (self.operation.clone(), self.key.clone());

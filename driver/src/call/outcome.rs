@@ -34,6 +34,15 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     None => Err(ProtocolError::ActionNotRunning.into()),
                 }
             }
+            Outcome::Panicked(execution) if self.unknown.is_some() => {
+                metrics.count(Counter::ActionUnknown);
+                let _ = self.provenance(execution);
+                tracing::warn!(%operation, %key, record = ?execution.record, "the action's effect is unknown; recorded as such");
+                match self.unknown.take() {
+                    Some(error) => Err(Error::ActionUnknown(error)),
+                    None => Err(ProtocolError::ActionNotRunning.into()),
+                }
+            }
             Outcome::Panicked(execution) => {
                 metrics.count(Counter::Panicked);
                 let _ = self.provenance(execution);

@@ -5,16 +5,17 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::Method;
 use http::header::HeaderName;
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::response;
 use idem::{Coordinator, Fingerprint, Operation, Store};
 
 use super::{
-    Config, ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, Fingerprinting,
-    IDEMPOTENT_REPLAYED, IdempotencyLayer, NEVER_STORED, Naming, ReleaseFn, TenantFn,
-    released_by_default,
+    Config, ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, DispositionFn,
+    Fingerprinting, IDEMPOTENT_REPLAYED, IdempotencyLayer, NEVER_STORED, Naming, TenantFn,
 };
+use crate::disposition::Disposition;
 use crate::header::BareToken;
 use crate::problem::RetryAfter;
 use crate::response::ResponseCodec;
@@ -31,7 +32,7 @@ pub struct IdempotencyLayerBuilder<S> {
     max_request_bytes: usize,
     stored_headers: Vec<HeaderName>,
     replay_header: HeaderName,
-    release: Arc<ReleaseFn>,
+    disposition: Arc<DispositionFn>,
 }
 
 impl<S> fmt::Debug for IdempotencyLayerBuilder<S> {
@@ -57,7 +58,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             stored_headers: DEFAULT_STORED_HEADERS.to_vec(),
             replay_header: IDEMPOTENT_REPLAYED,
-            release: Arc::new(released_by_default),
+            disposition: Arc::new(Disposition::by_default),
         }
     }
 
@@ -162,15 +163,20 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
-    /// Which response statuses are released (not recorded: a retry runs the handler
-    /// again) rather than recorded and replayed (default [`released_by_default`]). The
-    /// released response still goes to its own caller, unchanged.
+    /// What the layer does with each response: record it, release the key, or record the
+    /// outcome as unknown (default [`Disposition::by_default`]: what the handler marked,
+    /// else by status). The response goes to its own caller unchanged whatever is decided.
+    ///
+    /// Release only what did nothing: a function that releases by status alone (every 5xx,
+    /// say) also releases the 5xx that a timeout or a panic catcher inside the layer made
+    /// for a handler it cut off, and the retry runs the effect a second time (MODEL.md,
+    /// "HTTP (idem-http)").
     #[must_use]
-    pub fn release_when<F>(mut self, release: F) -> Self
+    pub fn disposition<F>(mut self, disposition: F) -> Self
     where
-        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+        F: Fn(&response::Parts) -> Disposition + Send + Sync + 'static,
     {
-        self.release = Arc::new(release);
+        self.disposition = Arc::new(disposition);
         self
     }
 
@@ -203,8 +209,13 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
             Some(Ok(operation)) => Naming::Fixed(operation),
             _ => Naming::Route,
         };
-        let mut stored = self.stored_headers;
-        stored.dedup();
+        // Each header once, in the order first given: a name listed twice is stored once.
+        let mut stored: Vec<HeaderName> = Vec::with_capacity(self.stored_headers.len());
+        for name in self.stored_headers {
+            if !stored.contains(&name) {
+                stored.push(name);
+            }
+        }
         let retry = RetryAfter::from_options(self.coordinator.options());
         Config {
             coordinator: self.coordinator,
@@ -217,7 +228,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
             max_request_bytes: self.max_request_bytes,
             codec: ResponseCodec::new(Arc::from(stored)),
             replay_header: self.replay_header,
-            release: self.release,
+            disposition: self.disposition,
             retry,
         }
     }

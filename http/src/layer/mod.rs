@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Method;
-use http::StatusCode;
 use http::header::{self, HeaderName};
 use http::request::Parts;
 use http_body_util::{Either, Full};
@@ -23,6 +22,7 @@ use idem::{Coordinator, Fingerprint, Operation, OperationError, Store};
 use thiserror::Error;
 use tower::Layer;
 
+use crate::disposition::Disposition;
 use crate::header::BareToken;
 use crate::problem::RetryAfter;
 use crate::response::ResponseCodec;
@@ -80,7 +80,7 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
 type TenantFn =
     dyn Fn(&Parts, &Operation) -> Option<Result<Operation, OperationError>> + Send + Sync;
 type FingerprintFn = dyn Fn(&Parts, &Bytes) -> Result<Fingerprint, String> + Send + Sync;
-type ReleaseFn = dyn Fn(StatusCode) -> bool + Send + Sync;
+type DispositionFn = dyn Fn(&http::response::Parts) -> Disposition + Send + Sync;
 
 /// How a request's fingerprint is made.
 #[derive(Clone)]
@@ -133,7 +133,7 @@ struct Config<S> {
     max_request_bytes: usize,
     codec: ResponseCodec,
     replay_header: HeaderName,
-    release: Arc<ReleaseFn>,
+    disposition: Arc<DispositionFn>,
     retry: RetryAfter,
 }
 
@@ -211,7 +211,9 @@ impl<S: Store> IdempotencyLayer<S> {
     /// - request bodies up to 1 MiB (413 over it);
     /// - responses stored with [`DEFAULT_STORED_HEADERS`] and replayed with
     ///   `Idempotent-Replayed: true`;
-    /// - responses recorded unless [`released_by_default`].
+    /// - each response's fate decided by [`Disposition::by_default`]: what the handler
+    ///   marked, else recorded, except `401`, `407` and `429` (released) and a server error
+    ///   or `408` (outcome unknown).
     pub fn builder(coordinator: Coordinator<S>) -> IdempotencyLayerBuilder<S> {
         IdempotencyLayerBuilder::new(coordinator)
     }
@@ -226,15 +228,4 @@ impl<S, Svc> Layer<Svc> for IdempotencyLayer<S> {
             inner,
         }
     }
-}
-
-/// Whether a response is released by default rather than recorded: a server error (5xx: a
-/// failure, which a retry may cure), `408 Request Timeout` and `429 Too Many Requests`
-/// (the request was not processed, and the client is told to try again). Every other
-/// status is the request's outcome, recorded and replayed: 2xx, 3xx and the other 4xx, a
-/// declined card's `402` included.
-pub fn released_by_default(status: StatusCode) -> bool {
-    status.is_server_error()
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS
 }

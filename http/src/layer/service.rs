@@ -1,22 +1,26 @@
 //! [`Idempotency`], the service a layer makes: a covered request runs through idem under
-//! its key, and the answer (the handler's response, a replay, a released response or a
-//! problem) is turned into the response, counted and logged.
+//! its key, the response's [`Disposition`] decides what is recorded, and the answer (the
+//! handler's response, a replay, a released response or a problem) is turned into the
+//! response, counted and logged.
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
-use idem::{Answer, BoxError, Error, InFlightPolicy, Key, Provenance, Store};
+use idem::{Answer, BoxError, Ending, Error, InFlightPolicy, Key, Provenance, Store};
 use tower::Service;
 
 use super::{Config, RequestBody};
+use crate::disposition::Disposition;
 use crate::header::{KeyHeaderError, key_from_headers};
 use crate::problem::{Problem, ProblemType};
 use crate::response::{Captured, ResponseBody, capture};
@@ -48,8 +52,10 @@ impl<S, Svc: fmt::Debug> fmt::Debug for Idempotency<S, Svc> {
 
 /// Why the action did not produce a response to record.
 enum Failure<B, E> {
-    /// The handler answered with a status that is released.
-    Released(Response<B>),
+    /// A response that is not recorded: released ([`Disposition::Release`], or any
+    /// response in a transaction the layer rolled back) or of unknown outcome
+    /// ([`Disposition::Unknown`]); which is told by the call's ending.
+    Unrecorded(Response<B>),
     /// The service failed without a response.
     Service(E),
 }
@@ -76,14 +82,19 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        // The service that was polled ready serves this request; a clone takes its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         if !self.config.methods.contains(request.method()) {
+            // The service that was polled ready serves this request; a clone takes its place.
+            let clone = self.inner.clone();
+            let mut inner = std::mem::replace(&mut self.inner, clone);
             let response = inner.call(request.map(Either::Left));
             return Box::pin(async move { Ok(response.await?.map(ResponseBody::inner)) });
         }
-        Box::pin(Arc::clone(&self.config).handle(inner, request))
+        // A covered request may wait for its key, or be answered from the record without
+        // the handler: it takes a clone, made ready only once the handler is to run, so a
+        // waiter or a replay never holds the inner service's capacity (a concurrency
+        // limit's permit, a buffer's slot). The service polled ready stays for the next
+        // request.
+        Box::pin(Arc::clone(&self.config).handle(self.inner.clone(), request))
     }
 }
 
@@ -108,6 +119,7 @@ impl<S: Store> Config<S> {
             Ok(Some(key)) => key,
             Ok(None) if !self.key_required => {
                 let request = Request::from_parts(parts, Either::Left(body));
+                std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 return Ok(inner.call(request).await?.map(ResponseBody::inner));
             }
             Ok(None) => {
@@ -141,19 +153,45 @@ impl<S: Store> Config<S> {
                 return Ok(self.refuse(&route, &problem));
             }
         };
-        let release = Arc::clone(&self.release);
+        let disposition = Arc::clone(&self.disposition);
         let limit = self.coordinator.options().max_body_bytes();
         // Detached: the handler runs on a task of its own, to its end, and is recorded even
-        // if this future is dropped (the client hung up, a timeout fired).
-        let answer = handle
-            .execute_with_provenance(key.as_str(), fingerprint, move |_claim| async move {
-                let response = inner.call(request).await.map_err(Failure::Service)?;
-                if release(response.status()) {
-                    return Err(Failure::Released(response));
+        // if this future is dropped (the client hung up, a timeout outside the layer fired).
+        let call =
+            handle.execute_with_ending(key.as_str(), fingerprint, move |_claim| async move {
+                // Not ready is a failure before the request was handed over: nothing ran.
+                if let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
+                    return Ending::Failed(Failure::Service(error));
                 }
-                Ok(capture(response, limit).await)
-            })
-            .await;
+                let response = match inner.call(request).await {
+                    Ok(response) => response,
+                    // No response: the handler may have been cut off mid-effect.
+                    Err(error) => return Ending::Unknown(Failure::Service(error)),
+                };
+                let (parts, body) = response.into_parts();
+                let verdict = disposition(&parts);
+                let response = Response::from_parts(parts, body);
+                match verdict {
+                    Disposition::Record => Ending::Succeeded(capture(response, limit).await),
+                    Disposition::Release => Ending::Failed(Failure::Unrecorded(response)),
+                    Disposition::Unknown => Ending::Unknown(Failure::Unrecorded(response)),
+                }
+            });
+        let answer = match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(answer) => answer,
+            // The handler panicked: the record says "outcome unknown" (rule 11), and this
+            // caller is told so too, instead of a connection dropped mid-response.
+            Err(_) => {
+                tracing::error!(%route, %key, "the handler panicked; its outcome is recorded as unknown");
+                route.count(Event::Unknown);
+                let problem = Problem::new(
+                    ProblemType::OutcomeUnknown,
+                    "The request ended abnormally, so whether it took effect is unknown; it is \
+                     not processed again under this key.",
+                );
+                return Ok(self.refuse(&route, &problem));
+            }
+        };
         self.answer(&route, &key, answer)
     }
 
@@ -202,13 +240,34 @@ impl<S: Store> Config<S> {
                 }
                 Ok(value.into_response())
             }
-            Err(Error::Action(Failure::Released(response))) => {
+            Err(Error::Action(Failure::Unrecorded(response))) => {
                 route.count(Event::Released);
                 tracing::debug!(%route, %key, status = %response.status(), "released: not recorded, a retry runs again");
                 Ok(response.map(ResponseBody::inner))
             }
             Err(Error::Action(Failure::Service(error))) => {
                 route.count(Event::Released);
+                tracing::debug!(%route, %key, "the inner service was not ready: released");
+                Err(error)
+            }
+            Err(Error::ActionUnknown(Failure::Unrecorded(response))) => {
+                route.count(Event::Unknown);
+                tracing::warn!(
+                    %route,
+                    %key,
+                    status = %response.status(),
+                    "a response the handler did not mark (a server error or 408, maybe made by a \
+                     timeout or a panic catcher): its outcome is recorded as unknown, never released"
+                );
+                Ok(response.map(ResponseBody::inner))
+            }
+            Err(Error::ActionUnknown(Failure::Service(error))) => {
+                route.count(Event::Unknown);
+                tracing::warn!(
+                    %route,
+                    %key,
+                    "the inner service failed without a response: its outcome is recorded as unknown"
+                );
                 Err(error)
             }
             Err(error) => {

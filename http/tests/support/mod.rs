@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use idem::record::{Command, Reply};
 use idem::{AnyStore, Coordinator, Key, MemoryStore, Operation, Options, Store, StoreError};
-use idem_http::{IdempotencyLayer, IdempotencyLayerBuilder, ProblemType};
+use idem_http::{Disposition, IdempotencyLayer, IdempotencyLayerBuilder, ProblemType};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -68,7 +68,7 @@ pub struct Bank {
     /// How many times a handler ran (every method, every outcome).
     runs: Arc<AtomicUsize>,
     /// Statuses the charge handler answers with, without charging, before it charges.
-    failures: Arc<Mutex<VecDeque<StatusCode>>>,
+    failures: Arc<Mutex<VecDeque<Failure>>>,
     /// How long a charge takes after it is on the statement.
     takes: Arc<Mutex<Duration>>,
 }
@@ -97,9 +97,20 @@ impl Bank {
         self.runs.load(Ordering::SeqCst)
     }
 
-    /// The next charge requests answer `status` without charging, once each.
+    /// The next charge requests answer `status` without charging, once each, marked
+    /// [`Disposition::Release`]: the provider refused before charging, and the handler
+    /// says so.
     pub fn fail_next(&self, status: StatusCode) {
-        self.failures.lock().unwrap().push_back(status);
+        self.failures
+            .lock()
+            .unwrap()
+            .push_back((status, Some(Disposition::Release)));
+    }
+
+    /// The next charge requests answer `status` without charging and without a mark, once
+    /// each: the layer cannot tell it from a handler that failed after charging.
+    pub fn answer_next_unmarked(&self, status: StatusCode) {
+        self.failures.lock().unwrap().push_back((status, None));
     }
 
     fn charge(&self) -> String {
@@ -109,6 +120,10 @@ impl Bank {
         id
     }
 }
+
+/// A charge request's answer without a charge: its status, and the mark the handler puts
+/// on it, if any.
+type Failure = (StatusCode, Option<Disposition>);
 
 #[derive(Debug, Deserialize)]
 pub struct Order {
@@ -123,12 +138,16 @@ pub struct Order {
 async fn charge(State(bank): State<Bank>, Json(order): Json<Order>) -> Response {
     let run = bank.runs.fetch_add(1, Ordering::SeqCst) + 1;
     let failure = bank.failures.lock().unwrap().pop_front();
-    if let Some(status) = failure {
-        return (
+    if let Some((status, mark)) = failure {
+        let mut response = (
             status,
             Json(json!({ "error": "provider unavailable", "run": run })),
         )
             .into_response();
+        if let Some(mark) = mark {
+            response.extensions_mut().insert(mark);
+        }
+        return response;
     }
     if order.amount == 402 {
         return (
