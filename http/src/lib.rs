@@ -46,7 +46,8 @@
 //!
 //! Every setting is on [`IdempotencyLayer::builder`]: the methods covered, whether the key
 //! is required, bare tokens, the operation name, a tenant scope, the fingerprint, the body
-//! limit, the stored headers, the replay header and which statuses are released:
+//! limit, the stored headers, the replay header and what each response's
+//! [`Disposition`] is:
 //!
 //! ```
 //! # use axum::{Router, routing::post};
@@ -133,10 +134,18 @@
 //! 4. **Once.** The handler runs on a task of its own (idem's detached call): a client that
 //!    hangs up or a `TimeoutLayer` that fires never stops a handler that started; it runs
 //!    to its end and its response is recorded, and the retry gets it.
-//! 5. **What is recorded.** 2xx, 3xx and 4xx answers are the request's outcome (a declined
-//!    card's 402 included): recorded and replayed. 5xx, 408 and 429 are failures: the key is
-//!    released, the response still goes to its caller, and a retry runs the handler again
-//!    ([`released_by_default`], configurable).
+//! 5. **What is recorded.** The layer records what the handler decided and releases only
+//!    what it knows did nothing ([`Disposition`]): a response the handler marked
+//!    [`Disposition::Release`] (a provider that refused before charging; idem's own errors
+//!    through [`HttpError`] when an inner call ran nothing) and the refusals at the door,
+//!    `401`, `407` and `429`, are released: the response goes to its caller and a retry runs
+//!    the handler again. A server error or `408` the handler did not mark may have been made
+//!    by a timeout or a panic catcher that cut the handler off after its effect, so its
+//!    outcome is recorded as unknown: the response goes to its caller, and every retry gets
+//!    500 [`OutcomeUnknown`](ProblemType::OutcomeUnknown), never a second run. Every other
+//!    response (2xx, 3xx, the other 4xx, a declined card's 402 included) is recorded and
+//!    replayed. A handler that panics is recorded as unknown too, and its caller gets that
+//!    500. Configurable with [`IdempotencyLayerBuilder::disposition`].
 //! 6. **The replay.** The first caller gets the handler's response unchanged. A retry gets
 //!    the same status, the stored headers (an allow-list, [`DEFAULT_STORED_HEADERS`]; never
 //!    hop-by-hop headers, `Date` or `Set-Cookie`) and the body byte for byte, plus
@@ -149,6 +158,26 @@
 //! 8. **Store outage.** Fail closed: 503 with `Retry-After`, nothing runs. Fail open: the
 //!    handler runs unprotected, and the layer says so in a warning and in
 //!    `idem_http_failed_open_total`. A corrupt record is 500, and nothing runs.
+//!
+//! # Layer order
+//!
+//! The layer protects the handler from everything **outside** it: a client that hangs up or
+//! a timeout outside drops only the request's future, and the detached handler runs on to
+//! its end and is recorded. Whatever sits **inside** it, between the layer and the handler,
+//! is part of the action: its answers are judged like the handler's. So:
+//!
+//! | layer | where | why |
+//! |---|---|---|
+//! | timeouts (`tower_http::timeout::TimeoutLayer`, `tower::timeout`) | outside | outside, a timeout answers its client and the handler finishes and is recorded, so the retry gets the charge; inside, it cuts the handler off and its 408/503/504 is recorded as "outcome unknown" (never a second charge, but never the first's answer either) |
+//! | panic catchers (`CatchPanicLayer`) | either | the layer records a panic as "outcome unknown" and answers 500 itself; a catcher inside makes an unmarked 500, recorded the same way |
+//! | authentication | outside | a 401 answered outside never reaches the layer; inside, `401` and `407` are released, so nothing is lost, but the layer needs the tenant an authentication layer puts on the request |
+//! | rate limits, concurrency limits, load shedding | inside, or outside | inside, a request waits for its turn under its key's lease (a duplicate waits for it, never queues a second run), and a `429` refusal is released; a limiter that refuses with `503` must mark it [`Disposition::Release`] (in its `HandleErrorLayer` function), or put it outside |
+//! | compression | outside | the stored response is replayed whatever the retry's `Accept-Encoding` says |
+//!
+//! With axum, `Router::route_layer(idem)` (or `post(handler).layer(idem)`) covers the routes
+//! and leaves unmatched requests to the router's 404; a layer wrapping a whole router sees
+//! no route template and names every request's operation `<METHOD>_unmatched` (the path is
+//! still in the fingerprint), so give it a fixed [`operation`](IdempotencyLayerBuilder::operation).
 //!
 //! # Problem types
 //!
