@@ -35,6 +35,7 @@ use crate::call::{Call, Ended, Paused};
 use crate::claim::Claim;
 use crate::clock::Clock;
 use crate::codec::{Codec, Json};
+use crate::detached::{DEFAULT_MAX_DETACHED, Detached, Refused, ShutdownReport};
 use crate::ending::Ending;
 use crate::entropy::Entropy;
 use crate::error::Error;
@@ -56,6 +57,7 @@ pub struct Coordinator<S> {
     entropy: Arc<Entropy>,
     clock: Clock,
     cache: Option<Arc<ReplayCache>>,
+    detached: Arc<Detached>,
 }
 
 impl<S> Clone for Coordinator<S> {
@@ -67,6 +69,7 @@ impl<S> Clone for Coordinator<S> {
             entropy: Arc::clone(&self.entropy),
             clock: self.clock,
             cache: self.cache.clone(),
+            detached: Arc::clone(&self.detached),
         }
     }
 }
@@ -87,6 +90,7 @@ impl<S: Store> Coordinator<S> {
             entropy: Arc::new(Entropy::Os),
             clock: Clock::new(),
             cache: None,
+            detached: Arc::new(Detached::new(DEFAULT_MAX_DETACHED)),
         }
     }
 
@@ -154,6 +158,57 @@ impl<S: Store> Coordinator<S> {
         self
     }
 
+    /// Allows at most `max` detached actions to run at once (default
+    /// [`DEFAULT_MAX_DETACHED`](crate::detached::DEFAULT_MAX_DETACHED)). A call whose action
+    /// would be one more is answered [`Error::Overloaded`] (HTTP 503) after its reservation
+    /// is released: nothing ran, and a retry later runs it. Attached calls are not counted:
+    /// they run in their caller's future, which bounds them. Clones made after this share
+    /// the bound; set it before cloning.
+    #[must_use]
+    pub fn with_max_detached(mut self, max: usize) -> Self {
+        self.detached = Arc::new(Detached::new(max));
+        self
+    }
+
+    /// Stops gracefully: from now on every new call is refused with
+    /// [`Error::ShuttingDown`] (HTTP 503, nothing ran), the detached actions that run are
+    /// left to end and be recorded for up to `deadline`, and those still running then are
+    /// cut: each key stays held until its lease ends (never released: its effect may have
+    /// begun, rule 11), and each is counted
+    /// ([`MetricsSnapshot::shutdown_cut`](crate::MetricsSnapshot::shutdown_cut)) and
+    /// logged with its operation and key. Calls still waiting for another holder, or
+    /// recording, go on; stop serving requests before this, and drop the runtime after.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem::{Coordinator, Error, Fingerprint, MemoryStore, Options};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let payments = Coordinator::new(MemoryStore::new(), Options::default());
+    /// let report = payments.shutdown(Duration::from_secs(10)).await;
+    /// assert_eq!((report.finished, report.cut), (0, 0));
+    /// let fp = Fingerprint::of_bytes(b"charge o-1");
+    /// let late = payments.execute("payment.charge", "k", fp, |_claim| async { Ok::<_, String>(1) }).await;
+    /// assert!(matches!(late, Err(Error::ShuttingDown)));
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, deadline: std::time::Duration) -> ShutdownReport {
+        tracing::info!(
+            running = self.detached.running(),
+            ?deadline,
+            "shutting down: new calls are refused, running actions may finish"
+        );
+        let report = self.detached.shutdown(deadline).await;
+        if report.cut > 0 {
+            tracing::warn!(
+                cut = report.cut,
+                "shutdown deadline passed: running actions cut, their keys left to their leases"
+            );
+        }
+        report
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<S> {
         &self.store
@@ -170,6 +225,8 @@ impl<S: Store> Coordinator<S> {
         if let Some(cache) = &self.cache {
             (snapshot.replay_cache.entries, snapshot.replay_cache.bytes) = cache.usage();
         }
+        snapshot.detached_running = self.detached.running() as u64;
+        snapshot.max_detached = self.detached.limit() as u64;
         snapshot
     }
 
@@ -326,7 +383,7 @@ impl<S: Store> Coordinator<S> {
         Fut: Future<Output: Into<Ending<T, E>>> + Send + 'static,
     {
         let call = self.call(operation, key, fingerprint, codec, None)?;
-        spawned(call, action).await
+        spawned(call, action, &self.detached, &self.metrics).await
     }
 
     /// As [`execute`](Self::execute), for an action whose effect is writes in the store's own
@@ -382,7 +439,7 @@ impl<S: Store> Coordinator<S> {
                 value
             })
         };
-        spawned(call, action).await
+        spawned(call, action, &self.detached, &self.metrics).await
     }
 
     /// An attached call of a validated operation.
@@ -412,6 +469,11 @@ impl<S: Store> Coordinator<S> {
         codec: C,
         transaction: Option<TransactionSlot>,
     ) -> Result<Call<S, C, T, E>, Error<E>> {
+        if self.detached.is_closing() {
+            self.metrics.count(Counter::ShuttingDown);
+            tracing::debug!(%operation, key, "refused: shutting down");
+            return Err(Error::ShuttingDown);
+        }
         let key = Key::new(key).inspect_err(|error| {
             self.metrics.count(Counter::InvalidInput);
             tracing::debug!(%operation, key, %error, "refused: invalid input");
@@ -461,10 +523,13 @@ impl<S: Store> Coordinator<S> {
 /// future (a replay, a refusal or a wait needs no task of its own, and a caller that goes
 /// away before the action started leaves nothing run); from then on, on a task of its own,
 /// which is not aborted when the returned future is dropped: that is the point of a detached
-/// call.
+/// call. The task holds one of the coordinator's detached places; with none free (the bound,
+/// or a stop under way) the action is never started and its reservation is released.
 async fn spawned<S, C, T, E, F, Fut>(
     mut call: Call<S, C, T, E>,
     action: F,
+    detached: &Arc<Detached>,
+    metrics: &Arc<Metrics>,
 ) -> Result<Answer<T>, Error<E>>
 where
     S: Store,
@@ -477,8 +542,43 @@ where
     if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
         return resume(ended);
     }
-    match tokio::spawn(call.run(action)).await {
-        Ok(ended) => resume(ended),
+    let mut slot = match detached.enter() {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let (operation, key) = call.names();
+            // Its action never started: the grant is released (nothing ran).
+            call.decline_run();
+            return Err(match refused {
+                Refused::Overloaded => {
+                    metrics.count(Counter::Overloaded);
+                    tracing::warn!(%operation, %key, limit = detached.limit(), "refused: too many detached actions running");
+                    Error::Overloaded
+                }
+                Refused::ShuttingDown => {
+                    metrics.count(Counter::ShuttingDown);
+                    tracing::debug!(%operation, %key, "refused: shutting down");
+                    Error::ShuttingDown
+                }
+            });
+        }
+    };
+    let task_metrics = Arc::clone(metrics);
+    let task = async move {
+        let (operation, key) = call.names();
+        tokio::select! {
+            biased;
+            ended = call.run(action) => Some(ended),
+            () = slot.cut() => {
+                // The call is dropped here, mid-action: its key is left to its lease.
+                task_metrics.count(Counter::ShutdownCut);
+                tracing::warn!(%operation, %key, "cut by the shutdown's deadline; the key is left to its lease");
+                None
+            }
+        }
+    };
+    match tokio::spawn(task).await {
+        Ok(Some(ended)) => resume(ended),
+        Ok(None) => Err(Error::RuntimeShutdown),
         Err(error) => match error.try_into_panic() {
             // A panic outside the action is a bug of this crate; it is not swallowed.
             Ok(payload) => panic::resume_unwind(payload),

@@ -15,7 +15,7 @@ use crate::store::{BoxError, StoreError};
 /// | [`InvalidKey`](Self::InvalidKey), [`InvalidOperation`](Self::InvalidOperation) | 400 | no | fix the request; nothing was stored or run |
 /// | [`InProgress`](Self::InProgress) | 409 | yes, later | an identical request is running |
 /// | [`KeyReuse`](Self::KeyReuse) | 422 | no | the key belongs to another request (`I4`); use a new key |
-/// | [`StoreUnavailable`](Self::StoreUnavailable), [`RuntimeShutdown`](Self::RuntimeShutdown) | 503 | yes, later | nothing ran (`FailClosed`), or the service is stopping |
+/// | [`StoreUnavailable`](Self::StoreUnavailable), [`RuntimeShutdown`](Self::RuntimeShutdown), [`ShuttingDown`](Self::ShuttingDown), [`Overloaded`](Self::Overloaded) | 503 | yes, later | nothing ran (`FailClosed`, a stop, too many actions), or the action was cut by a stop and its key left to its lease |
 /// | [`RolledBack`](Self::RolledBack), [`CommitUnknown`](Self::CommitUnknown) | 503 | yes | a transactional call committed nothing, or committed everything with its record |
 /// | [`ResultNotStored`](Self::ResultNotStored), [`OutcomeUnknown`](Self::OutcomeUnknown), [`CorruptRecord`](Self::CorruptRecord), [`Decode`](Self::Decode), [`Protocol`](Self::Protocol) | 500 | no | the request ran once, or may have, or the key's record is damaged; a retry will not run it again |
 /// | [`Action`](Self::Action) | the caller's | yes | the action's own error, unchanged; the reservation was released (`I5`) |
@@ -81,10 +81,21 @@ pub enum Error<E> {
     /// record committed together, or neither did. A retry replays or runs; never twice.
     #[error("the commit's outcome is unknown; a retry is safe")]
     CommitUnknown,
-    /// The tokio runtime shut down while a detached call ran; what its attempt held is left
-    /// to its lease.
+    /// The call's detached action was cut mid-run, by the tokio runtime's end or by
+    /// [`Coordinator::shutdown`](crate::Coordinator::shutdown)'s deadline: its effect may have
+    /// begun, so its key is left to its lease (never released); a retry after the lease
+    /// replays or runs it.
     #[error("the runtime shut down before the call ended")]
     RuntimeShutdown,
+    /// The coordinator is stopping ([`Coordinator::shutdown`](crate::Coordinator::shutdown)):
+    /// the call was refused before its action started; nothing ran.
+    #[error("the service is shutting down; nothing ran")]
+    ShuttingDown,
+    /// As many detached actions as the coordinator allows were running
+    /// ([`Coordinator::with_max_detached`](crate::Coordinator::with_max_detached)): the
+    /// action was not started and its reservation was released; nothing ran.
+    #[error("too many actions running; nothing ran")]
+    Overloaded,
     /// The driver fed the attempt machine an input it was not waiting for: a bug in this
     /// crate, reported instead of a panic.
     #[error("internal protocol error: {0}")]
@@ -111,6 +122,8 @@ impl<E> Error<E> {
             Error::KeyReuse { .. } => Some(422),
             Error::StoreUnavailable(_)
             | Error::RuntimeShutdown
+            | Error::ShuttingDown
+            | Error::Overloaded
             | Error::RolledBack
             | Error::CommitUnknown => Some(503),
             Error::ResultNotStored
@@ -134,6 +147,8 @@ impl<E> Error<E> {
             Error::InProgress
                 | Error::StoreUnavailable(_)
                 | Error::RuntimeShutdown
+                | Error::ShuttingDown
+                | Error::Overloaded
                 | Error::RolledBack
                 | Error::CommitUnknown
                 | Error::Action(_)

@@ -41,6 +41,9 @@ pub(crate) enum Counter {
     RolledBack,
     CommitUnknown,
     ActionUnknown,
+    Overloaded,
+    ShuttingDown,
+    ShutdownCut,
     CacheHit,
     CacheMiss,
     CacheEviction,
@@ -84,6 +87,11 @@ impl Metrics {
             rolled_back: read(Counter::RolledBack),
             commit_unknown: read(Counter::CommitUnknown),
             action_unknown: read(Counter::ActionUnknown),
+            overloaded: read(Counter::Overloaded),
+            shutting_down: read(Counter::ShuttingDown),
+            shutdown_cut: read(Counter::ShutdownCut),
+            detached_running: 0,
+            max_detached: 0,
             replay_cache: ReplayCacheStats {
                 hits: read(Counter::CacheHit),
                 misses: read(Counter::CacheMiss),
@@ -150,6 +158,20 @@ pub struct MetricsSnapshot {
     /// transaction: failed with its effect unknown, so the record says "outcome unknown"
     /// (as for a panic) and the caller got [`Error::ActionUnknown`](crate::Error::ActionUnknown).
     pub action_unknown: u64,
+    /// Calls answered [`Error::Overloaded`](crate::Error::Overloaded): their action would
+    /// have been one detached action over the coordinator's bound; nothing ran.
+    pub overloaded: u64,
+    /// Calls answered [`Error::ShuttingDown`](crate::Error::ShuttingDown) during a stop;
+    /// nothing ran.
+    pub shutting_down: u64,
+    /// Detached actions cut at a stop's deadline: each key is left to its lease (as
+    /// `left_to_lease` is), and a request after it may run the action again (`I7`).
+    pub shutdown_cut: u64,
+    /// A gauge, not a counter: the detached actions running now.
+    pub detached_running: u64,
+    /// The bound on [`detached_running`](Self::detached_running)
+    /// ([`Coordinator::with_max_detached`](crate::Coordinator::with_max_detached)).
+    pub max_detached: u64,
     /// The replay cache's counters (all zero while it is off).
     pub replay_cache: ReplayCacheStats,
     /// Store errors by command, including those a retry recovered.

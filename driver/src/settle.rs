@@ -29,6 +29,9 @@ use crate::store::{Store, StoreError};
 #[derive(Debug)]
 pub(crate) struct AttemptGuard<S: Store> {
     pub(crate) attempt: Attempt,
+    /// The driver refused to start the action it was handed (no detached place): the call
+    /// was not abandoned by its caller, and its grant is given back.
+    pub(crate) declined: bool,
     store: Arc<S>,
     metrics: Arc<Metrics>,
     clock: Clock,
@@ -43,6 +46,7 @@ impl<S: Store> AttemptGuard<S> {
     ) -> Self {
         Self {
             attempt,
+            declined: false,
             store,
             metrics,
             clock,
@@ -56,7 +60,7 @@ impl<S: Store> Drop for AttemptGuard<S> {
         let attempt = &mut self.attempt;
         attempt.abandon(self.clock.now());
         let (operation, key) = (attempt.operation().clone(), attempt.key().clone());
-        if !ended {
+        if !ended && !self.declined {
             self.metrics.count(Counter::Abandoned);
         }
         if let Some(outcome) = attempt.outcome() {

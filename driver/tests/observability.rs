@@ -169,6 +169,8 @@ async fn the_counters_add_up() {
     // and the release that settles the fail-closed refusal, sent while it was still down.
     expected.store_errors.reserve = 1 + 3;
     expected.store_errors.release = 1;
+    // The bound on detached actions, not a count.
+    expected.max_detached = idem::detached::DEFAULT_MAX_DETACHED as u64;
     assert_eq!(counted, expected);
 
     let counted = one_of_each(StoreFailurePolicy::FailOpen).await;

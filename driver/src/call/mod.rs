@@ -137,6 +137,27 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         }
     }
 
+    /// Gives back the grant of an action the attempt handed out but the driver will not
+    /// start (no detached place is free): the action is fed to the attempt as failed before
+    /// any effect, so the reservation is released (in the background, as the call is
+    /// dropped). Nothing ran.
+    pub(crate) fn decline_run(mut self) {
+        let now = self.clock.now();
+        self.guard.declined = true;
+        if let Err(error) = self
+            .guard
+            .attempt
+            .handle_action_result(idem_core::ActionResult::Failed, now)
+        {
+            tracing::error!(operation = %self.operation, key = %self.key, %error, "declining the action");
+        }
+    }
+
+    /// The call's operation and key, for logs.
+    pub(crate) fn names(&self) -> (Operation, Key) {
+        (self.operation.clone(), self.key.clone())
+    }
+
     /// Routes the attempt's complete into the transaction the action leaves in `slot`.
     pub(crate) fn in_transaction(mut self, slot: TransactionSlot) -> Self {
         self.transaction = Some(slot);

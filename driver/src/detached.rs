@@ -1,0 +1,179 @@
+//! The detached actions of one coordinator: how many run, a bound on them, and a graceful
+//! stop that lets them finish and record up to a deadline and reports the ones it cuts.
+//!
+//! A detached action outlives its caller on purpose (a client that hangs up must not stop a
+//! charge half-way). That makes two things a service must be able to see and bound: how many
+//! run now (a client that mints keys and hangs up on a slow endpoint leaves each running),
+//! and what happens to them when the service stops (a rolling deploy). The bound is checked
+//! when an action is about to start, after its key was reserved: an action over the bound is
+//! never started and its reservation is released, so the answer, [`Error::Overloaded`], means
+//! that nothing ran. [`Coordinator::shutdown`](crate::Coordinator::shutdown) refuses new calls
+//! ([`Error::ShuttingDown`]), waits for running actions to end and be recorded, and at its
+//! deadline cuts the rest: their keys stay held until their leases end (never released, rule
+//! 11), and each is counted and logged.
+//!
+//! [`Error::Overloaded`]: crate::Error::Overloaded
+//! [`Error::ShuttingDown`]: crate::Error::ShuttingDown
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+/// The detached actions a coordinator allows at once by default.
+pub const DEFAULT_MAX_DETACHED: usize = 4096;
+
+/// What a [`Coordinator::shutdown`](crate::Coordinator::shutdown) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Detached actions that were running when the stop began and ended by themselves
+    /// (recorded, or released on failure) before the deadline.
+    pub finished: usize,
+    /// Detached actions still running at the deadline, cut: each key stays held until its
+    /// lease ends, then an identical request takes it over (MODEL.md, `I7`'s
+    /// `left_to_lease`). Counted in [`MetricsSnapshot::shutdown_cut`](crate::MetricsSnapshot::shutdown_cut).
+    pub cut: usize,
+}
+
+/// The shared state of one coordinator's detached actions.
+#[derive(Debug)]
+pub(crate) struct Detached {
+    limit: usize,
+    running: AtomicUsize,
+    closing: AtomicBool,
+    /// Told each time the last running action ends while closing.
+    drained: Notify,
+    /// Set once the stop's deadline passed: every running action is cut.
+    cut: watch::Sender<bool>,
+}
+
+/// Why an action could not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// As many detached actions as allowed are running.
+    Overloaded,
+    /// The coordinator is stopping.
+    ShuttingDown,
+}
+
+impl Detached {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            running: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
+            drained: Notify::new(),
+            cut: watch::Sender::new(false),
+        }
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The detached actions running now.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// A place for one more action, or why there is none.
+    pub(crate) fn enter(self: &Arc<Self>) -> Result<Slot, Refused> {
+        if self.is_closing() {
+            return Err(Refused::ShuttingDown);
+        }
+        let mut running = self.running.load(Ordering::Relaxed);
+        loop {
+            if running >= self.limit {
+                return Err(Refused::Overloaded);
+            }
+            match self.running.compare_exchange_weak(
+                running,
+                running + 1,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => running = now,
+            }
+        }
+        let slot = Slot {
+            detached: Arc::clone(self),
+            cut: self.cut.subscribe(),
+        };
+        // A stop that began between the first look and the count: it may have seen no action
+        // running, so this one must not start (the slot's drop gives the place back).
+        if self.is_closing() {
+            return Err(Refused::ShuttingDown);
+        }
+        Ok(slot)
+    }
+
+    /// Refuses new calls, waits up to `deadline` for running actions to end, then cuts the
+    /// rest and waits for them to be dropped.
+    pub(crate) async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        self.closing.store(true, Ordering::SeqCst);
+        let at_start = self.running();
+        let drained = async {
+            loop {
+                let notified = self.drained.notified();
+                if self.running() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(deadline, drained).await.is_ok() {
+            return ShutdownReport {
+                finished: at_start,
+                cut: 0,
+            };
+        }
+        let cut = self.running();
+        self.cut.send_replace(true);
+        // A cut action is dropped at its task's next poll; the runtime's end drops the rest.
+        let dropped = async {
+            loop {
+                let notified = self.drained.notified();
+                if self.running() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), dropped).await;
+        ShutdownReport {
+            finished: at_start.saturating_sub(cut),
+            cut,
+        }
+    }
+}
+
+/// One running detached action's place: given back when the action's task ends.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    detached: Arc<Detached>,
+    cut: watch::Receiver<bool>,
+}
+
+impl Slot {
+    /// Resolves when the stop's deadline passes with this action still running.
+    pub(crate) async fn cut(&mut self) {
+        // The sender lives in `Detached`, which this slot keeps alive.
+        let _ = self.cut.wait_for(|cut| *cut).await;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let before = self.detached.running.fetch_sub(1, Ordering::SeqCst);
+        if before == 1 && self.detached.is_closing() {
+            self.detached.drained.notify_waiters();
+        }
+    }
+}
