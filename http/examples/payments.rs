@@ -11,8 +11,17 @@
 //! as a real one does: a client that gives up in between has been charged all the same.
 //! Amounts over 1,000,000 are declined with `402`, which is the request's answer and is
 //! replayed like a success.
+//!
+//! With `--ledger FILE`, the provider writes each charge as a line (`<key> <id>`) appended to
+//! that file, so that several processes share one card statement. On SIGTERM or Ctrl-C the
+//! service stops gracefully: it stops accepting connections, refuses new charges (503), lets
+//! the charges that run finish and be recorded for `--shutdown-grace-ms`, cuts the rest
+//! (their keys are left to their leases) and prints what it did as one line,
+//! `shutdown finished=N cut=M`.
 
+use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,14 +32,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
 use idem::{AnyStore, Coordinator, InFlightPolicy, MemoryStore, Options, StoreFailurePolicy};
-use idem_http::IdempotencyLayer;
+use idem_http::{IdempotencyKey, IdempotencyLayer};
 use serde::Deserialize;
 use serde_json::json;
 
 /// A payments service whose `POST /charges` is safe to retry under an `Idempotency-Key`.
 #[derive(Debug, Parser)]
 #[command(name = "payments")]
-struct Args {
+pub(crate) struct Args {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:3000")]
     addr: SocketAddr,
@@ -47,6 +56,17 @@ struct Args {
     /// Serve the same handlers without the layer (the bare handler, for comparison).
     #[arg(long)]
     no_idempotency: bool,
+    /// Append each charge to this file as `<key> <id>`: one statement for many processes.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    /// The lease of a running charge, in milliseconds (renewed while it runs): how long a
+    /// key stays held after its process died or cut it.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u64,
+    /// On SIGTERM or Ctrl-C, how long running charges may take to finish before they are
+    /// cut, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    shutdown_grace_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -59,17 +79,30 @@ enum InFlight {
 #[derive(Debug)]
 struct Provider {
     statement: Mutex<Vec<String>>,
+    ledger: Option<PathBuf>,
     takes: Duration,
 }
 
 impl Provider {
-    async fn charge(&self) -> String {
+    async fn charge(&self, key: Option<&str>) -> String {
         let id = {
             let mut statement = self.statement.lock().unwrap_or_else(|e| e.into_inner());
-            let id = format!("ch_{}", statement.len() + 1);
+            let id = format!("ch_{}_{}", std::process::id(), statement.len() + 1);
             statement.push(id.clone());
             id
         };
+        if let Some(ledger) = &self.ledger {
+            // One short line appended in one write: lines of several processes never mix.
+            let line = format!("{} {id}\n", key.unwrap_or("-"));
+            let appended = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(ledger)
+                .and_then(|mut file| file.write_all(line.as_bytes()));
+            if let Err(error) = appended {
+                tracing::error!(%error, "the ledger cannot be written");
+            }
+        }
         if !self.takes.is_zero() {
             tokio::time::sleep(self.takes).await;
         }
@@ -85,6 +118,7 @@ struct Order {
 
 async fn create_charge(
     State(provider): State<Arc<Provider>>,
+    key: Option<IdempotencyKey>,
     Json(order): Json<Order>,
 ) -> Response {
     if order.currency.len() != 3 || !order.currency.bytes().all(|b| b.is_ascii_alphabetic()) {
@@ -95,7 +129,9 @@ async fn create_charge(
         let error = json!({ "error": "card_declined" });
         return (StatusCode::PAYMENT_REQUIRED, Json(error)).into_response();
     }
-    let id = provider.charge().await;
+    let id = provider
+        .charge(key.as_ref().map(IdempotencyKey::as_str))
+        .await;
     let location = format!("/charges/{id}");
     let body = json!({ "id": id, "amount": order.amount, "currency": order.currency });
     (
@@ -113,17 +149,22 @@ async fn statement(State(provider): State<Arc<Provider>>) -> Json<Vec<String>> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::WARN)
         .init();
+    run(Args::parse()).await
+}
+
+/// Serves until SIGTERM or Ctrl-C, then stops gracefully.
+pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let provider = Arc::new(Provider {
         statement: Mutex::new(Vec::new()),
+        ledger: args.ledger.clone(),
         takes: Duration::from_millis(args.action_ms),
     });
     let charges = post(create_charge);
-    let charges = if args.no_idempotency {
-        charges
+    let (charges, coordinator) = if args.no_idempotency {
+        (charges, None)
     } else {
         let store = match &args.redis {
             Some(url) => AnyStore::new(idem_redis::RedisStore::connect(url).await?),
@@ -137,9 +178,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let options = Options::builder()
             .in_flight(policy)
             .on_store_failure(StoreFailurePolicy::FailClosed)
+            .lease(Duration::from_millis(args.lease_ms))
             .build()?;
         let coordinator = Coordinator::new(store, options);
-        charges.layer(IdempotencyLayer::new(coordinator))
+        let layer = IdempotencyLayer::new(coordinator.clone());
+        (charges.layer(layer), Some(coordinator))
     };
     let app = Router::new()
         .route("/charges", charges)
@@ -159,10 +202,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         args.action_ms
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown({
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        }
+    });
+    let server = tokio::spawn(server.into_future());
+    stop_signal().await;
+    // No new connections from here; requests in flight end as their calls do.
+    let _ = stopping.send(true);
+    if let Some(coordinator) = coordinator {
+        let grace = Duration::from_millis(args.shutdown_grace_ms);
+        let report = coordinator.shutdown(grace).await;
+        println!("shutdown finished={} cut={}", report.finished, report.cut);
+    }
+    server.await??;
     Ok(())
+}
+
+/// SIGTERM (a deploy, a process manager) or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install the SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
