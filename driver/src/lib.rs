@@ -149,5 +149,5 @@ pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, ReplayCacheStats, StoreErrors};
 pub use operation::OperationHandle;
 pub use replay_cache::{ReplayCacheBuilder, ReplayCacheConfig, ReplayCacheError};
-pub use store::{BoxError, Store, StoreError};
+pub use store::{BoxError, CommandTimeout, Store, StoreError};
 pub use transaction::Transaction;

@@ -21,6 +21,13 @@ use thiserror::Error;
 /// A boxed error from a store's backend (a Redis error, an I/O error).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// A store command did not answer within its store's own command timeout (the backstop under
+/// the attempt's reply deadline): its effect is unknown, as for any
+/// [`StoreError::Unavailable`]. Shared by every store crate.
+#[derive(Debug, Error)]
+#[error("no reply within {0:?}; the command may still have run")]
+pub struct CommandTimeout(pub std::time::Duration);
+
 /// A backend that keeps records: one implementation of the record machine per key.
 ///
 /// Records are scoped by operation: the same key under two operations names two

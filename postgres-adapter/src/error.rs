@@ -34,10 +34,7 @@ pub enum PostgresError {
     },
 }
 
-/// A command did not answer within the store's command timeout: its effect is unknown.
-#[derive(Debug, Error)]
-#[error("no answer within {0:?}; the statement may still have run")]
-pub struct CommandTimeout(pub Duration);
+pub use idem::CommandTimeout;
 
 /// What a failed statement means for the record, beyond "unavailable": for logs.
 pub(crate) fn describe(error: &sqlx::Error) -> Option<&'static str> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use idem::{BoxError, StoreError};
 use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation, Timestamp};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
@@ -57,20 +58,25 @@ impl PostgresStore {
         let timeout = self.inner.command_timeout;
         let deadline = Instant::now() + timeout;
         let late = || StoreError::unavailable(command, CommandTimeout(timeout));
-        let mut conn = match tokio::time::timeout_at(deadline, self.inner.pool.acquire()).await {
+        let conn = match tokio::time::timeout_at(deadline, self.inner.pool.acquire()).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(error)) => return Err(StoreError::unavailable(command, failed(error))),
             Err(_) => return Err(late()),
         };
-        let applied = self.apply_on(&mut conn, operation, key, command);
-        match tokio::time::timeout_at(deadline, applied).await {
+        // Until the statement has answered, the connection is closed rather than handed out
+        // again: on this timeout, and when the caller drops this future first (the attempt's
+        // reply deadline is usually the shorter), as the statement may still be running.
+        let mut conn = InFlight {
+            conn,
+            answered: false,
+        };
+        let applied = self.apply_on(conn.connection(), operation, key, command);
+        let result = match tokio::time::timeout_at(deadline, applied).await {
             Ok(result) => result,
-            Err(_) => {
-                // The statement may still be running: never hand this connection out again.
-                conn.close_on_drop();
-                Err(late())
-            }
-        }
+            Err(_) => return Err(late()),
+        };
+        conn.answered();
+        result
     }
 
     /// Runs `command` on `conn` (a connection of the pool, or a caller's transaction): its
@@ -174,6 +180,33 @@ impl PostgresStore {
                 .bind(millis(*lease)),
             Command::Release { owner } => query(&sql.release).bind(owner.to_bytes().to_vec()),
             Command::Read => query(&sql.read),
+        }
+    }
+}
+
+/// A pool connection with a statement in flight: closed when dropped unless the statement
+/// answered, so that a statement given up (by the command timeout, or by a caller that
+/// dropped the command) never leaves its connection in the pool, busy or mid-reply.
+struct InFlight {
+    conn: PoolConnection<Postgres>,
+    answered: bool,
+}
+
+impl InFlight {
+    fn connection(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+
+    /// The statement answered: the connection goes back to the pool as usual.
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.conn.close_on_drop();
         }
     }
 }

@@ -1,21 +1,16 @@
 //! The connection a store sends its commands on, and the backstop timeout around each.
 
 use std::fmt;
-use std::time::Duration;
 
 use idem::StoreError;
 use idem_core::record::Command;
 use redis::RedisResult;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use thiserror::Error;
 
 use super::RedisStore;
 
-/// A command did not answer within the per-command timeout; it may still run on the server.
-#[derive(Debug, Error)]
-#[error("no reply within {0:?}; the command may still have run")]
-pub struct CommandTimeout(pub Duration);
+pub use idem::CommandTimeout;
 
 /// Where commands go.
 #[derive(Clone)]
