@@ -168,7 +168,7 @@ async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recog
         .await
         .unwrap_err();
     assert!(error.is_outcome_unknown(), "{error}");
-    assert!(error.to_string().contains("no answer within"), "{error}");
+    assert!(error.to_string().contains("no reply within"), "{error}");
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     // The abandoned statement takes the key over once it gets the lock.
     let mut landed = false;
