@@ -6,8 +6,9 @@ use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use idem::{Error, Key, Options};
 
+use crate::disposition::Disposition;
 use crate::header::{BareToken, KeyHeaderError, key_from_headers};
-use crate::problem::{Problem, RetryAfter};
+use crate::problem::{Problem, ProblemType, RetryAfter};
 
 /// The request's `Idempotency-Key`, read as the layer reads it (a Structured Field String;
 /// see [`header`](crate::header)), for handlers that call the coordinator themselves.
@@ -71,6 +72,16 @@ impl IntoResponse for Problem {
 /// `?` converts an [`idem::Error`] with `Retry-After` computed from the default options;
 /// [`HttpError::new`] computes it from the coordinator's own.
 ///
+/// A handler that makes its own idem call may itself sit inside an
+/// [`IdempotencyLayer`](crate::IdempotencyLayer) (another key, or the same key under
+/// another operation). An idem error that means the inner call did nothing, or that a retry
+/// with the same key finds what it did ([`Error::is_retryable`], except the action's own
+/// error: 409 in progress, and every 503), is answered with [`Disposition::Release`] in the
+/// response's extensions, so the outer layer releases its key: a retry runs the handler
+/// again, instead of being answered "retry later" for the outer record's whole retention.
+/// The action's own error carries whatever its `IntoResponse` puts there (a failure whose
+/// effect is unknown is marked [`Disposition::Unknown`] unless it says otherwise).
+///
 /// ```
 /// use axum::http::StatusCode;
 /// use idem::{Coordinator, Fingerprint, MemoryStore};
@@ -112,14 +123,7 @@ impl<E> HttpError<E> {
 
     /// The problem this error is answered with; `None` for the action's own error.
     pub fn problem(&self) -> Option<Problem> {
-        let problem = Problem::from_error(&self.error, &Options::default())?;
-        Some(match problem.retry_after() {
-            None => problem,
-            Some(_) if matches!(self.error, Error::InProgress) => {
-                problem.with_retry_after(self.retry.in_progress)
-            }
-            Some(_) => problem.with_retry_after(self.retry.unavailable),
-        })
+        Problem::from_error_with(&self.error, self.retry)
     }
 }
 
@@ -131,15 +135,22 @@ impl<E> From<Error<E>> for HttpError<E> {
 
 impl<E: IntoResponse> IntoResponse for HttpError<E> {
     fn into_response(self) -> Response {
-        match self.problem() {
-            Some(problem) => problem.into_response(),
-            None => match self.error {
-                Error::Action(error) => error.into_response(),
-                // `problem` is `None` for `Action` alone.
-                _ => {
-                    Problem::new(crate::ProblemType::Internal, "An internal error.").into_response()
+        if let Some(problem) = self.problem() {
+            return problem.into_response();
+        }
+        match self.error {
+            Error::Action(error) => error.into_response(),
+            // The action failed with its effect unknown, and its key says so: an outer layer
+            // must not release its own key for it either (rule 11), whatever the status.
+            Error::ActionUnknown(error) => {
+                let mut response = error.into_response();
+                if response.extensions().get::<Disposition>().is_none() {
+                    response.extensions_mut().insert(Disposition::Unknown);
                 }
-            },
+                response
+            }
+            // `problem` is `None` only for the action's own error.
+            _ => Problem::new(ProblemType::Internal, "An internal error.").into_response(),
         }
     }
 }

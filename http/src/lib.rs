@@ -200,14 +200,20 @@
 //! | `KeyReuse` | 422 | | the key was used for another request, running or done | yes | no: use a new key |
 //! | `StoreUnavailable` | 503 | `ceil((store_retries + 1) × reply_timeout)`, at least 1 s | the store is down and the layer fails closed | yes | yes |
 //! | `ShuttingDown` | 503 | as above | the runtime is shutting down | | yes |
+//! | `RolledBack` | 503 | as above | a transactional call's writes were rolled back with its record (the commit failed, or the key was no longer its own) | yes | yes |
+//! | `CommitUnknown` | 503 | as above | a transactional call's commit went unanswered: its writes and its record committed together, or neither did | unknown | yes: it gets the committed response, or runs |
 //! | `CorruptRecord` | 500 | | the key's record is not one idem wrote | yes | no: the same answer |
 //! | `OutcomeUnknown` | 500 | | an identical request's handler panicked: its effect is unknown | yes | no: the same answer |
 //! | `ResponseNotStored` | 500 | | an identical request ran, but its response was over the limit or its body failed | yes | no: the same answer |
 //! | `StoredResponseUnreadable` | 500 | | the stored response does not decode | yes | no: the same answer |
-//! | `Internal` | 500 | | a bug of idem-http or idem | yes | |
+//! | `Internal` | 500 | | a bug of idem-http or idem, or an operation name idem refuses (the service's, never the client's) | yes | |
 //!
 //! A response the handler made (a 5xx it answered, a 402 it recorded) is never rewritten
-//! into a problem.
+//! into a problem. Every 409 and 503 problem carries [`Disposition::Release`] in its
+//! extensions: a handler's own idem call that answered one did nothing (or left what it did
+//! under its key), so an `IdempotencyLayer` around that handler releases its own key rather
+//! than record "retry later" for the retention. [`HttpError`] answers every idem error by
+//! this table, and the action's own error as the service's own response.
 //!
 //! # Features
 //!

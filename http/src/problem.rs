@@ -12,6 +12,7 @@ use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 use idem::{Error, Options};
 
+use crate::disposition::Disposition;
 use crate::header::{KeyHeaderError, Malformed};
 
 /// `application/problem+json`, the media type of every problem.
@@ -59,6 +60,15 @@ pub enum ProblemType {
     StoreUnavailable,
     /// 503, with `Retry-After`: the service is shutting down. Retry later with the same key.
     ShuttingDown,
+    /// 503, with `Retry-After`: the request's writes were rolled back together with its
+    /// idempotency record (its transaction could not commit, or the key was no longer its
+    /// own when it did). Nothing was committed; retry with the same key.
+    RolledBack,
+    /// 503, with `Retry-After`: the request's transaction was sent to commit, and whether it
+    /// did could not be learned. Its writes and its idempotency record commit together or
+    /// not at all, so a retry with the same key gets the committed response or runs the
+    /// request, never both.
+    CommitUnknown,
     /// 500: the record under this key cannot be read as one idem wrote. Nothing ran, and a
     /// retry gets the same answer: the record needs a person.
     CorruptRecord,
@@ -71,13 +81,14 @@ pub enum ProblemType {
     /// 500: the stored response of an identical request cannot be decoded. It is not run
     /// again under this key.
     StoredResponseUnreadable,
-    /// 500: an internal error of idem-http or idem.
+    /// 500: an internal error of idem-http or idem, or of the service's use of them (an
+    /// operation name idem refuses). Nothing was processed.
     Internal,
 }
 
 impl ProblemType {
     /// All of them, in the order of the table.
-    pub const ALL: [ProblemType; 16] = [
+    pub const ALL: [ProblemType; 18] = [
         ProblemType::KeyMissing,
         ProblemType::KeyMalformed,
         ProblemType::KeyInvalid,
@@ -89,6 +100,8 @@ impl ProblemType {
         ProblemType::KeyReuse,
         ProblemType::StoreUnavailable,
         ProblemType::ShuttingDown,
+        ProblemType::RolledBack,
+        ProblemType::CommitUnknown,
         ProblemType::CorruptRecord,
         ProblemType::OutcomeUnknown,
         ProblemType::ResponseNotStored,
@@ -110,6 +123,8 @@ impl ProblemType {
             ProblemType::KeyReuse => "KeyReuse",
             ProblemType::StoreUnavailable => "StoreUnavailable",
             ProblemType::ShuttingDown => "ShuttingDown",
+            ProblemType::RolledBack => "RolledBack",
+            ProblemType::CommitUnknown => "CommitUnknown",
             ProblemType::CorruptRecord => "CorruptRecord",
             ProblemType::OutcomeUnknown => "OutcomeUnknown",
             ProblemType::ResponseNotStored => "ResponseNotStored",
@@ -135,9 +150,10 @@ impl ProblemType {
             ProblemType::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ProblemType::InProgress => StatusCode::CONFLICT,
             ProblemType::KeyReuse => StatusCode::UNPROCESSABLE_ENTITY,
-            ProblemType::StoreUnavailable | ProblemType::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProblemType::StoreUnavailable
+            | ProblemType::ShuttingDown
+            | ProblemType::RolledBack
+            | ProblemType::CommitUnknown => StatusCode::SERVICE_UNAVAILABLE,
             ProblemType::CorruptRecord
             | ProblemType::OutcomeUnknown
             | ProblemType::ResponseNotStored
@@ -160,6 +176,8 @@ impl ProblemType {
             ProblemType::KeyReuse => "Idempotency-Key reused",
             ProblemType::StoreUnavailable => "Idempotency store unavailable",
             ProblemType::ShuttingDown => "Service shutting down",
+            ProblemType::RolledBack => "Nothing committed",
+            ProblemType::CommitUnknown => "Commit outcome unknown",
             ProblemType::CorruptRecord => "Idempotency record corrupt",
             ProblemType::OutcomeUnknown => "Outcome unknown",
             ProblemType::ResponseNotStored => "Response not stored",
@@ -168,11 +186,19 @@ impl ProblemType {
         }
     }
 
-    /// Whether the same request may succeed later with the same key.
+    /// Whether the same request may succeed later with the same key: every 409 and 503
+    /// problem. Each of them also tells an outer
+    /// [`IdempotencyLayer`](crate::IdempotencyLayer) to release its own key
+    /// ([`Disposition::Release`]), so that its retry runs again rather than being answered
+    /// this problem for the record's whole retention.
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            ProblemType::InProgress | ProblemType::StoreUnavailable | ProblemType::ShuttingDown
+            ProblemType::InProgress
+                | ProblemType::StoreUnavailable
+                | ProblemType::ShuttingDown
+                | ProblemType::RolledBack
+                | ProblemType::CommitUnknown
         )
     }
 }
@@ -254,11 +280,22 @@ impl Problem {
     }
 
     /// The problem for an idem error, with `Retry-After` computed from `options`
-    /// ([`RetryAfter`]); `None` for [`Error::Action`], whose answer is the service's.
+    /// ([`RetryAfter`]); `None` for the action's own error ([`Error::Action`],
+    /// [`Error::ActionUnknown`]), whose answer is the service's.
     pub fn from_error<E>(error: &Error<E>, options: &Options) -> Option<Self> {
-        let retry = RetryAfter::from_options(options);
+        Self::from_error_with(error, RetryAfter::from_options(options))
+    }
+
+    /// As [`from_error`](Self::from_error), with the `Retry-After` values given.
+    ///
+    /// Every idem error has its answer: the statuses are [`Error::http_status`]'s, except
+    /// [`Error::InvalidOperation`], which is 500 [`Internal`](ProblemType::Internal) here
+    /// (the operation name is the service's, never the client's), and every 409 and 503
+    /// carries `Retry-After`.
+    pub fn from_error_with<E>(error: &Error<E>, retry: RetryAfter) -> Option<Self> {
         let problem = match error {
-            Error::Action(_) => return None,
+            // The action's own error: answered as the service's own response.
+            Error::Action(_) | Error::ActionUnknown(_) => return None,
             Error::InvalidKey(key) => Problem::new(
                 ProblemType::KeyInvalid,
                 format!("{}.", KeyHeaderError::InvalidKey(key.clone())),
@@ -285,6 +322,19 @@ impl Problem {
                 "The service is shutting down; retry later with the same key.",
             )
             .with_retry_after(retry.unavailable),
+            Error::RolledBack => Problem::new(
+                ProblemType::RolledBack,
+                "The request's writes were rolled back and nothing was committed; retry later \
+                 with the same key.",
+            )
+            .with_retry_after(retry.unavailable),
+            Error::CommitUnknown => Problem::new(
+                ProblemType::CommitUnknown,
+                "Whether the request's writes were committed could not be learned; they \
+                 commit together with its idempotency record or not at all, so a retry with \
+                 the same key gets the committed response or runs the request, never both.",
+            )
+            .with_retry_after(retry.unavailable),
             Error::CorruptRecord { .. } => Problem::new(
                 ProblemType::CorruptRecord,
                 "The idempotency record of this key cannot be read; the request was not \
@@ -305,6 +355,16 @@ impl Problem {
                 "The stored response of an earlier request with this Idempotency-Key cannot \
                  be read; it is not processed again under this key.",
             ),
+            Error::InvalidOperation(_) => Problem::new(
+                ProblemType::Internal,
+                "The service named an operation the idempotency layer refuses; the request \
+                 was not processed.",
+            ),
+            Error::Protocol(_) => Problem::new(
+                ProblemType::Internal,
+                "An internal error of the idempotency layer; the request was not processed.",
+            ),
+            // A case added to idem after this version: its status class still holds.
             _ => Problem::new(
                 ProblemType::Internal,
                 "An internal error of the idempotency layer.",
@@ -327,9 +387,18 @@ impl Problem {
     }
 
     /// The whole response, with any body type that can be made from bytes.
+    ///
+    /// A retryable problem (every 409 and 503: nothing was done, or what was done is
+    /// recorded under the key and a retry finds it) carries [`Disposition::Release`] in its
+    /// extensions, so that an outer [`IdempotencyLayer`](crate::IdempotencyLayer), around
+    /// a handler whose own idem call answered it, releases its key instead of recording a
+    /// "retry later" for the whole retention.
     pub fn to_response<B: From<Bytes>>(&self) -> Response<B> {
         let mut response = Response::new(B::from(self.body()));
         *response.status_mut() = self.status();
+        if self.kind.is_retryable() {
+            response.extensions_mut().insert(Disposition::Release);
+        }
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(seconds) = self.retry_after {
@@ -359,9 +428,11 @@ impl std::error::Error for Problem {}
 ///   held key (`backoff_max`, 500 ms by default), rounded up, at least 1 s. A client that
 ///   retries at that pace learns of the holder's end about as soon as a waiting caller
 ///   inside the service would.
-/// - **503 store unavailable or shutting down**: how long one request spends trying the
-///   store before it gives up (`(store_retries + 1) × reply_timeout`, 1.5 s by default),
-///   rounded up, at least 1 s. A retry sooner than that most likely meets the same outage.
+/// - **503 store unavailable, shutting down, rolled back or commit unknown**: how long one
+///   request spends trying the store before it gives up (`(store_retries + 1) ×
+///   reply_timeout`, 1.5 s by default), rounded up, at least 1 s. A retry sooner than that
+///   most likely meets the same outage (a transaction that could not commit, or whose
+///   commit went unanswered, met a store in trouble too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfter {
     /// For 409 in progress.
@@ -435,6 +506,95 @@ mod tests {
                 in_progress: 3,
                 unavailable: 4
             }
+        );
+    }
+
+    #[test]
+    fn every_idem_error_has_its_answer_and_retryable_ones_release_an_outer_key() {
+        use idem::record::Command;
+        use idem::{Fingerprint, Key, KeyError, Operation, OperationError, StoreError};
+
+        let options = Options::builder()
+            .backoff_max(Duration::from_millis(2_500))
+            .store_retries(2)
+            .reply_timeout(Duration::from_millis(1_500))
+            .build()
+            .unwrap();
+        let fingerprint = Fingerprint::of_bytes(b"a");
+        let cases: Vec<(Error<&str>, ProblemType, Option<u64>)> = vec![
+            (
+                Error::InvalidKey(KeyError::Empty),
+                ProblemType::KeyInvalid,
+                None,
+            ),
+            (
+                Error::InvalidOperation(OperationError::Empty),
+                ProblemType::Internal,
+                None,
+            ),
+            (Error::InProgress, ProblemType::InProgress, Some(3)),
+            (
+                Error::KeyReuse {
+                    stored: fingerprint,
+                    given: fingerprint,
+                },
+                ProblemType::KeyReuse,
+                None,
+            ),
+            (
+                Error::StoreUnavailable(StoreError::unavailable(&Command::Read, "down")),
+                ProblemType::StoreUnavailable,
+                Some(5),
+            ),
+            (Error::RuntimeShutdown, ProblemType::ShuttingDown, Some(5)),
+            (Error::RolledBack, ProblemType::RolledBack, Some(5)),
+            (Error::CommitUnknown, ProblemType::CommitUnknown, Some(5)),
+            (
+                Error::CorruptRecord {
+                    operation: Operation::new("op").unwrap(),
+                    key: Key::new("k").unwrap(),
+                    detail: "garbage".to_owned(),
+                },
+                ProblemType::CorruptRecord,
+                None,
+            ),
+            (Error::OutcomeUnknown, ProblemType::OutcomeUnknown, None),
+            (Error::ResultNotStored, ProblemType::ResponseNotStored, None),
+            (
+                Error::Decode("not JSON".into()),
+                ProblemType::StoredResponseUnreadable,
+                None,
+            ),
+        ];
+        for (error, kind, retry_after) in cases {
+            let problem = Problem::from_error(&error, &options).expect("a problem");
+            assert_eq!(problem.kind(), kind, "{error}");
+            assert_eq!(problem.retry_after(), retry_after, "{error}");
+            assert!(!problem.detail().is_empty());
+            let response: Response<Bytes> = problem.to_response();
+            assert_eq!(
+                response.headers().get(RETRY_AFTER).is_some(),
+                retry_after.is_some()
+            );
+            let expected = (error.is_retryable() && !matches!(error, Error::Action(_)))
+                .then_some(Disposition::Release);
+            assert_eq!(
+                response.extensions().get::<Disposition>().copied(),
+                expected,
+                "{error}"
+            );
+            if kind != ProblemType::Internal {
+                assert_eq!(
+                    Some(response.status().as_u16()),
+                    error.http_status(),
+                    "{error}"
+                );
+            }
+        }
+        assert_eq!(Problem::from_error(&Error::Action("no"), &options), None);
+        assert_eq!(
+            Problem::from_error(&Error::ActionUnknown("no"), &options),
+            None
         );
     }
 
