@@ -213,7 +213,8 @@
 //! extensions: a handler's own idem call that answered one did nothing (or left what it did
 //! under its key), so an `IdempotencyLayer` around that handler releases its own key rather
 //! than record "retry later" for the retention. [`HttpError`] answers every idem error by
-//! this table, and the action's own error as the service's own response.
+//! this table, and the action's own error as the service's own response (its docs show a
+//! service's error type, and a foreign one such as `sqlx::Error`, composed with idem's).
 //!
 //! # Features
 //!

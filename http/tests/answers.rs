@@ -1,16 +1,17 @@
 //! Errors that answer themselves: idem's errors inside a handler that makes its own idem
-//! call, under an `IdempotencyLayer` of its own. Real server, real client.
+//! call, under an `IdempotencyLayer` of its own, and the service's own error type composed
+//! with idem's through `HttpError`. Real server, real client.
 
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem::{Coordinator, Fingerprint, InFlightPolicy};
 use idem_http::{Disposition, HttpError, IdempotencyKey, IdempotencyLayer, ProblemType};
@@ -148,6 +149,178 @@ async fn an_inner_409_releases_the_outer_key_and_a_later_retry_charges_once(kind
     server.abort();
 }
 
+/// The service's own error: what a shop answers for its failures, with `From` for the
+/// foreign errors its code meets (`std::io::Error` here, as `sqlx::Error` would be).
+#[derive(Debug)]
+enum ShopError {
+    OutOfStock,
+    Database(std::io::Error),
+}
+
+impl From<std::io::Error> for ShopError {
+    fn from(error: std::io::Error) -> Self {
+        ShopError::Database(error)
+    }
+}
+
+impl IntoResponse for ShopError {
+    fn into_response(self) -> Response {
+        match self {
+            ShopError::OutOfStock => (StatusCode::CONFLICT, "out of stock").into_response(),
+            ShopError::Database(error) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Disposition::Release,
+                format!("database: {error}"),
+            )
+                .into_response(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Orders {
+    payments: Coordinator<Switchable>,
+    database_down: Arc<AtomicBool>,
+    rows: Arc<AtomicUsize>,
+}
+
+impl Orders {
+    /// Writes the order row, or fails as a database that is down does.
+    async fn write_row(&self, item: &str) -> Result<usize, std::io::Error> {
+        if self.database_down.load(Ordering::SeqCst) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused",
+            ));
+        }
+        if item == "unobtainium" {
+            return Ok(0);
+        }
+        Ok(self.rows.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+fn item_fingerprint(item: &str) -> Fingerprint {
+    Fingerprint::builder().field("item", item).finish().unwrap()
+}
+
+/// `POST /orders/{item}`: `?` on the foreign error inside the action, `?` on idem's error
+/// after it; no newtype around either.
+async fn composed(
+    State(orders): State<Orders>,
+    axum::extract::Path(item): axum::extract::Path<String>,
+    key: IdempotencyKey,
+) -> Result<(StatusCode, String), HttpError<ShopError>> {
+    let writer = orders.clone();
+    let fingerprint = item_fingerprint(&item);
+    let row = orders
+        .payments
+        .execute("shop.order", &key, fingerprint, |_claim| async move {
+            let row = writer.write_row(&item).await?;
+            if row == 0 {
+                return Err(ShopError::OutOfStock);
+            }
+            Ok(format!("order {row}"))
+        })
+        .await?;
+    Ok((StatusCode::CREATED, row))
+}
+
+/// `POST /raw/{item}`: the foreign error answered by a closure, with no type of the
+/// service's.
+async fn by_closure(
+    State(orders): State<Orders>,
+    axum::extract::Path(item): axum::extract::Path<String>,
+    key: IdempotencyKey,
+) -> Response {
+    let writer = orders.clone();
+    let answer = orders
+        .payments
+        .execute(
+            "shop.raw",
+            &key,
+            item_fingerprint(&item),
+            |_claim| async move { writer.write_row(&item).await.map(|row| row.to_string()) },
+        )
+        .await;
+    match answer {
+        Ok(row) => (StatusCode::CREATED, row).into_response(),
+        Err(error) => HttpError::new(error, orders.payments.options()).into_response_with(
+            |database: std::io::Error| {
+                (StatusCode::BAD_GATEWAY, format!("raw: {database}")).into_response()
+            },
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_own_error_composes_with_idems_without_a_newtype() {
+    let (store, _redis) = support::store(StoreKind::Memory).await;
+    let orders = Orders {
+        payments: Coordinator::new(store.clone(), options().build().unwrap()),
+        database_down: Arc::default(),
+        rows: Arc::default(),
+    };
+    let app = Router::new()
+        .route("/orders/{item}", post(composed))
+        .route("/raw/{item}", post(by_closure))
+        .with_state(orders.clone());
+    let (base, server) = support::serve(app).await;
+
+    // The foreign error, through the service's own type: its answer, and the key released.
+    orders.database_down.store(true, Ordering::SeqCst);
+    let down = send(&base, "/orders/book", "\"o-1\"").await;
+    assert_eq!(down.status, 503);
+    assert_eq!(&down.body[..], b"database: connection refused");
+    assert_eq!(
+        down.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    orders.database_down.store(false, Ordering::SeqCst);
+    let made = send(&base, "/orders/book", "\"o-1\"").await;
+    assert_eq!((made.status, &made.body[..]), (201, &b"order 1"[..]));
+    let replayed = send(&base, "/orders/book", "\"o-1\"").await;
+    assert_eq!(
+        (replayed.status, &replayed.body[..]),
+        (201, &b"order 1"[..])
+    );
+    assert_eq!(orders.rows.load(Ordering::SeqCst), 1);
+
+    // The service's own refusal, answered as itself.
+    let refused = send(&base, "/orders/unobtainium", "\"o-2\"").await;
+    assert_eq!(
+        (refused.status, &refused.body[..]),
+        (409, &b"out of stock"[..])
+    );
+
+    // idem's own errors are still problems: the same key for another item.
+    send(&base, "/orders/pen", "\"o-1\"")
+        .await
+        .assert_problem(ProblemType::KeyReuse);
+    // With the store down, 503 with Retry-After, marked for an outer layer to release.
+    store.set_down(true);
+    let unavailable = send(&base, "/orders/pen", "\"o-3\"").await;
+    unavailable.assert_problem(ProblemType::StoreUnavailable);
+    assert!(unavailable.header("retry-after").is_some());
+    store.set_down(false);
+
+    // The closure answers the foreign error as it is.
+    orders.database_down.store(true, Ordering::SeqCst);
+    let raw = send(&base, "/raw/book", "\"r-1\"").await;
+    assert_eq!(
+        (raw.status, &raw.body[..]),
+        (502, &b"raw: connection refused"[..])
+    );
+    orders.database_down.store(false, Ordering::SeqCst);
+    let raw = send(&base, "/raw/book", "\"r-1\"").await;
+    assert_eq!((raw.status, &raw.body[..]), (201, &b"2"[..]));
+    store.set_down(true);
+    send(&base, "/raw/book", "\"r-2\"")
+        .await
+        .assert_problem(ProblemType::StoreUnavailable);
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_errors_tell_an_outer_layer_what_the_inner_call_did() {
     let release = |error: idem::Error<StatusCode>| {
@@ -186,6 +359,12 @@ async fn http_errors_tell_an_outer_layer_what_the_inner_call_did() {
     assert_eq!(
         said.into_response().extensions().get::<Disposition>(),
         Some(&Disposition::Record)
+    );
+    // The service's own error, outside the idem call, carries its own answer's mark.
+    let marked = HttpError::action(ShopError::Database(std::io::Error::other("down")));
+    assert_eq!(
+        marked.into_response().extensions().get::<Disposition>(),
+        Some(&Disposition::Release)
     );
     // 503 with Retry-After for the transactional ends, which were 500 before.
     let slow = idem::Options::builder()
