@@ -85,6 +85,30 @@ pub mod sql;
 mod store;
 pub mod table;
 
+/// The sqlx this crate is built on, re-exported: the pool a store is built from
+/// ([`PostgresStoreBuilder::build`]), the transaction the action writes on
+/// ([`PgTransaction`]) and the errors the action meets are this sqlx's types, so a service
+/// that uses them through `idem_postgres::sqlx` always has the version they must match,
+/// without finding it in this crate's manifest (two sqlx versions in one build are two
+/// sets of types that do not mix).
+///
+/// ```no_run
+/// use idem_postgres::{PostgresStore, sqlx};
+///
+/// # async fn run() -> Result<(), sqlx::Error> {
+/// let pool = sqlx::postgres::PgPoolOptions::new()
+///     .max_connections(8)
+///     .connect("postgres://postgres@127.0.0.1/shop")
+///     .await?;
+/// let store = PostgresStore::builder().build(pool.clone());
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("SELECT 1").execute(&mut *tx).await?;
+/// # drop(store);
+/// # Ok(())
+/// # }
+/// ```
+pub use sqlx;
+
 pub use error::{CommandTimeout, PostgresError};
 pub use store::{
     DEFAULT_COMMAND_TIMEOUT, MAX_DURATION_MS, MAX_RACES, PostgresStore, PostgresStoreBuilder,
