@@ -12,13 +12,15 @@ use crate::disposition::Disposition;
 use crate::header::{BareToken, KeyHeaderError, key_from_headers};
 use crate::problem::{Problem, ProblemType, RetryAfter};
 
-/// The request's `Idempotency-Key`, read as the layer reads it (a Structured Field String;
-/// see [`header`](crate::header)), for handlers that call the coordinator themselves.
+/// The request's `Idempotency-Key`, read as the layer reads it (a Structured Field String,
+/// or a bare token; see [`header`](crate::header)), for handlers that call the coordinator
+/// themselves.
 ///
 /// A missing or refused header is rejected with the same 400 problem the layer answers.
 /// `Option<IdempotencyKey>` makes the key optional: `None` when the header is absent, and
-/// still a 400 when it is malformed. Bare tokens are refused unless the request carries a
-/// [`BareToken`] extension (for a whole router: `.layer(Extension(BareToken::Accept))`).
+/// still a 400 when it is malformed. A bare token is taken verbatim, as the layer takes it
+/// by default ([`BareToken::Accept`]); a request that carries a [`BareToken`] extension is
+/// read by it instead (strict for a whole router: `.layer(Extension(BareToken::Refuse))`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(pub Key);
 

@@ -65,7 +65,8 @@
 //!     .operation("payment.charge")
 //!     .tenant(|parts| parts.extensions.get::<Account>().map(|account| account.0.clone()))
 //!     .fingerprint_json_fields(["amount", "currency"])
-//!     .bare_token(BareToken::Accept)
+//!     // Strict: only the draft's quoted String (bare tokens are accepted by default).
+//!     .bare_token(BareToken::Refuse)
 //!     .build()?;
 //! let app: Router = Router::new().route("/charges", post(charge).layer(charges));
 //! # Ok(())
@@ -121,8 +122,10 @@
 //! `OPTIONS`, `PUT`, `DELETE` and the rest pass through untouched, with no key needed and
 //! nothing stored):
 //!
-//! 1. **The key.** `Idempotency-Key` is read as a Structured Field String
-//!    ([`header`]): missing, malformed or not a valid key is 400.
+//! 1. **The key.** `Idempotency-Key` is read as a Structured Field String, or as a bare
+//!    token taken verbatim, as most clients send it (`"abc"` and `abc` are one key; strict
+//!    parsing is [`BareToken::Refuse`]) ([`header`]): missing, malformed or not a valid key
+//!    is 400.
 //! 2. **The scope.** The key is scoped by operation, named after the method and the route
 //!    template (or one name the service gives), and by the tenant the service reads from
 //!    the request, if any: two routes' or two tenants' equal keys never meet. The key

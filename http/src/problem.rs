@@ -29,9 +29,9 @@ const TYPE_BASE: &str =
 pub enum ProblemType {
     /// 400: the route requires an `Idempotency-Key` and the request has none. Nothing ran.
     KeyMissing,
-    /// 400: the `Idempotency-Key` is not a Structured Field String (unquoted, a bad escape,
-    /// a character outside printable ASCII, no closing quote, trailing characters, a
-    /// malformed parameter, or the header twice). Nothing ran.
+    /// 400: the `Idempotency-Key` is not a Structured Field String (a bad escape, a
+    /// character outside printable ASCII, no closing quote, trailing characters, a malformed
+    /// parameter, the header twice, or unquoted where bare tokens are refused). Nothing ran.
     KeyMalformed,
     /// 400: the header is a String, but not a valid key: empty, over 255 characters, or
     /// holding a space or a character outside visible ASCII. Keys are never trimmed. Nothing
@@ -263,11 +263,9 @@ impl Problem {
             KeyHeaderError::InvalidKey(_) => ProblemType::KeyInvalid,
         };
         let detail = match error {
-            KeyHeaderError::Missing => {
-                "This request must carry an Idempotency-Key header, a quoted string: \
+            KeyHeaderError::Missing => "This request must carry an Idempotency-Key header: \
                  Idempotency-Key: \"your-unique-key\"."
-                    .to_owned()
-            }
+                .to_owned(),
             KeyHeaderError::Malformed {
                 reason: Malformed::Unquoted,
                 ..

@@ -73,7 +73,6 @@ async fn invalid_keys_are_400_and_nothing_runs(kind: StoreKind) {
     let f = Fixture::new(kind, NOW, options(), |layer| layer).await;
     let too_long = format!("\"{}\"", "k".repeat(256));
     let cases = [
-        ("abc", ProblemType::KeyMalformed),
         ("\"abc", ProblemType::KeyMalformed),
         (r#""a\bc""#, ProblemType::KeyMalformed),
         ("\"a\tb\"", ProblemType::KeyMalformed),
@@ -84,6 +83,8 @@ async fn invalid_keys_are_400_and_nothing_runs(kind: StoreKind) {
         (r#""""#, ProblemType::KeyInvalid),
         (r#""a b""#, ProblemType::KeyInvalid),
         (r#"" a""#, ProblemType::KeyInvalid),
+        // A bare token is taken verbatim, and must then be a key.
+        ("a,b c", ProblemType::KeyInvalid),
         (too_long.as_str(), ProblemType::KeyInvalid),
     ];
     for (value, problem) in cases {
@@ -128,10 +129,8 @@ async fn invalid_keys_are_400_and_nothing_runs(kind: StoreKind) {
 }
 
 async fn bare_tokens_name_the_same_record_as_strings_when_accepted(kind: StoreKind) {
-    let f = Fixture::new(kind, NOW, options(), |layer| {
-        layer.bare_token(BareToken::Accept)
-    })
-    .await;
+    // Accepted by default.
+    let f = Fixture::new(kind, NOW, options(), |layer| layer).await;
     let first = f.post(Some("8e03978e-40d5"), &order(100)).await;
     assert_eq!(first.status, 201);
     let quoted = f.post(Some("\"8e03978e-40d5\""), &order(100)).await;
@@ -145,6 +144,24 @@ async fn bare_tokens_name_the_same_record_as_strings_when_accepted(kind: StoreKi
         .await
         .assert_problem(ProblemType::KeyInvalid);
     assert_eq!(f.bank.charges(), 1);
+
+    // Strict: only the draft's String.
+    let strict = Fixture::new(kind, NOW, options(), |layer| {
+        layer.bare_token(BareToken::Refuse)
+    })
+    .await;
+    strict
+        .post(Some("8e03978e-40d5"), &order(100))
+        .await
+        .assert_problem(ProblemType::KeyMalformed);
+    assert_eq!(strict.bank.runs(), 0, "nothing ran");
+    assert_eq!(
+        strict
+            .post(Some("\"8e03978e-40d5\""), &order(100))
+            .await
+            .status,
+        201
+    );
 }
 
 async fn a_replay_is_the_first_response_byte_for_byte_with_the_replay_header(kind: StoreKind) {

@@ -22,18 +22,19 @@
 //!
 //! # Bare tokens
 //!
-//! Many clients send the key unquoted, as Stripe's API takes it
-//! (`Idempotency-Key: 8e03978e-...`). That is not a Structured Field String, and under the
-//! default, [`BareToken::Refuse`], it is refused with 400 (problem type
-//! [`KeyMalformed`](crate::ProblemType::KeyMalformed), whose detail says to quote the key).
-//! [`BareToken::Accept`] takes an unquoted value verbatim as the key, so that
-//! `abc` and `"abc"` name the same record; a value that starts with `"` is always read as a
-//! String.
+//! Most clients send the key unquoted, as Stripe's API and its SDKs take it
+//! (`Idempotency-Key: 8e03978e-...`). That is not a Structured Field String, but under the
+//! default, [`BareToken::Accept`], an unquoted value is taken verbatim as the key, so that
+//! `abc` and `"abc"` name the same record; the verbatim value must still be a valid key
+//! (visible ASCII, no space, 1..=255 characters), else it is refused as one
+//! ([`KeyInvalid`](crate::ProblemType::KeyInvalid)). A value that starts with `"` is always
+//! read as a String, and must be one.
 //!
-//! The default is `Refuse` because it is the draft's wire format, and because it can be
-//! loosened later without breaking a client, while a service that accepted bare tokens can
-//! never stop doing so. A service that takes over clients written for a bare-token API sets
-//! `Accept`.
+//! [`BareToken::Refuse`] is the draft's wire format, strictly: an unquoted value is refused
+//! with 400 (problem type [`KeyMalformed`](crate::ProblemType::KeyMalformed), whose detail
+//! says to quote the key). The default accepts because a refusal breaks the clients that
+//! exist, while accepting costs a strict client nothing: a quoted key is read the same
+//! either way, and a bare token names the record its quoted form names.
 //!
 //! The grammar of a Structured Field (the String, its parameters, and every bare item a
 //! parameter may carry) is read by the cursor in `grammar`.
@@ -58,10 +59,11 @@ pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key
 /// [module docs](self#bare-tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BareToken {
-    /// Refuse it with 400: the draft's wire format is a quoted String.
-    #[default]
+    /// Refuse it with 400: the draft's wire format is a quoted String, strictly.
     Refuse,
-    /// Take the whole value, verbatim, as the key.
+    /// Take the whole value, verbatim, as the key (the default): `abc` and `"abc"` are the
+    /// same key.
+    #[default]
     Accept,
 }
 

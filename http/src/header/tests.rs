@@ -92,8 +92,17 @@ fn a_string_that_is_no_valid_key_is_refused_as_a_key() {
 }
 
 #[test]
-fn bare_tokens_are_taken_verbatim_only_when_accepted() {
-    let accept = |value: &[u8]| parse_key(value, BareToken::Accept);
+fn bare_tokens_are_taken_verbatim_by_default_and_refused_when_strict() {
+    assert_eq!(BareToken::default(), BareToken::Accept);
+    let accept = |value: &[u8]| parse_key(value, BareToken::default());
+    let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
+    assert_eq!(
+        accept(uuid.as_bytes()).unwrap(),
+        accept(format!("\"{uuid}\"").as_bytes()).unwrap(),
+        "a bare and a quoted key are one key"
+    );
+    assert_eq!(accept(br#"a"b"#).unwrap(), accept(br#""a\"b""#).unwrap());
+    assert_eq!(malformed(uuid.as_bytes()), Malformed::Unquoted);
     assert_eq!(accept(b"abc").unwrap().as_str(), "abc");
     assert_eq!(accept(br#""abc""#).unwrap().as_str(), "abc");
     assert_eq!(accept(b"a;b=1").unwrap().as_str(), "a;b=1");
