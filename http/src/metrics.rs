@@ -2,8 +2,8 @@
 //! the service installs (Prometheus, StatsD, ...) picks them up.
 //!
 //! The layer counts, per route (label `route`, the method and route template such as
-//! `POST /charges`; without axum's `MatchedPath`, the request path: name the operation or
-//! keep such a layer off routes with identifiers in their paths, to bound the labels):
+//! `POST /charges`; without axum's `MatchedPath`, the method and `(unmatched)`, never the
+//! request's path, so a client cannot make a new series per request):
 //!
 //! | counter | what |
 //! |---|---|
@@ -12,20 +12,105 @@
 //! | `idem_http_waits_total` | the request found an identical one in flight and waited for it (policy `Wait`) |
 //! | `idem_http_conflicts_total` | answered 409: an identical request is in progress |
 //! | `idem_http_key_reuse_total` | answered 422: the key belongs to another request |
-//! | `idem_http_released_total` | the handler's answer was released, not recorded (5xx by default), or the service failed |
+//! | `idem_http_released_total` | the handler's answer was released, not recorded (marked [`Disposition::Release`](crate::Disposition), or 401, 407, 429), or the service was not ready |
+//! | `idem_http_outcome_unknown_total` | the handler's answer was recorded as "outcome unknown" (an unmarked 5xx or 408, a service error, a panic) |
 //! | `idem_http_failed_open_total` | the handler ran unprotected: the store was unavailable and the policy is fail-open |
 //! | `idem_http_lease_lost_total` | the handler ran, but its lease lapsed while it did |
 //! | `idem_http_problems_total` | answered with a problem; label `type` is its [`ProblemType`](crate::ProblemType) name |
 //!
 //! The coordinator's own counters ([`idem::MetricsSnapshot`]) are published by
-//! [`publish_coordinator_metrics`] (or every period by [`spawn_coordinator_metrics`]) as
-//! `idem_calls_total{outcome}`, `idem_failed_open_total`, `idem_lease_lost_total`,
-//! `idem_abandoned_total`, `idem_left_to_lease_total` and `idem_store_errors_total{command}`,
-//! each with the label `coordinator`.
+//! [`publish_coordinator_metrics`] (or every period by [`spawn_coordinator_metrics`]), every
+//! one of them, each with the label `coordinator`:
+//!
+//! | metric | from the snapshot |
+//! |---|---|
+//! | `idem_calls_total{outcome}` | how each call ended: `executed`, `replayed`, `in_progress`, `key_reuse`, `store_unavailable`, `action_failed`, `action_unknown`, `panicked`, `result_not_stored`, `outcome_unknown`, `corrupt_record`, `decode_failed`, `invalid_input`, `rolled_back`, `commit_unknown` |
+//! | `idem_failed_open_total`, `idem_lease_lost_total`, `idem_abandoned_total`, `idem_left_to_lease_total` | executions without the full protection, and calls their callers dropped |
+//! | `idem_store_errors_total{command}` | store errors by command: `reserve`, `complete`, `renew`, `release`, `read` |
+//! | `idem_replay_cache_total{event}` | the replay cache's `hit`, `miss`, `eviction` and `expired` |
+//! | `idem_replay_cache_entries`, `idem_replay_cache_bytes` (gauges) | what the replay cache keeps now |
+//!
+//! [`snapshot_metrics`] lists them for a snapshot, so an exporter that is not the `metrics`
+//! facade can publish the same names.
 
 use std::time::Duration;
 
 use idem::{Coordinator, MetricsSnapshot};
+
+/// Whether a [`Metric`] is a counter (a running total) or a gauge (a level now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A running total, published as an absolute value.
+    Counter,
+    /// A level at the moment of the snapshot.
+    Gauge,
+}
+
+/// One metric of a coordinator's snapshot: its name, its one label besides `coordinator`
+/// (if any), and its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// The metric's name, such as `idem_calls_total`.
+    pub name: &'static str,
+    /// Its label (name, value), such as `("outcome", "executed")`.
+    pub label: Option<(&'static str, &'static str)>,
+    /// A counter or a gauge.
+    pub kind: MetricKind,
+    /// The value.
+    pub value: u64,
+}
+
+/// Every field of `snapshot` as a metric, by the table in the [module docs](self).
+pub fn snapshot_metrics(snapshot: &MetricsSnapshot) -> Vec<Metric> {
+    let labelled = |name, label, value| (name, Some(label), MetricKind::Counter, value);
+    let plain = |name, value| (name, None, MetricKind::Counter, value);
+    let calls = |outcome, value| labelled("idem_calls_total", ("outcome", outcome), value);
+    let store = snapshot.store_errors;
+    let errors = |command, value| labelled("idem_store_errors_total", ("command", command), value);
+    let cache = snapshot.replay_cache;
+    let cache_event = |event, value| labelled("idem_replay_cache_total", ("event", event), value);
+    let gauge = |name, value| (name, None, MetricKind::Gauge, value);
+    [
+        calls("executed", snapshot.executed),
+        calls("replayed", snapshot.replayed),
+        calls("in_progress", snapshot.in_progress),
+        calls("key_reuse", snapshot.key_reuse),
+        calls("store_unavailable", snapshot.store_unavailable),
+        calls("action_failed", snapshot.action_failed),
+        calls("action_unknown", snapshot.action_unknown),
+        calls("panicked", snapshot.panicked),
+        calls("result_not_stored", snapshot.result_not_stored),
+        calls("outcome_unknown", snapshot.outcome_unknown),
+        calls("corrupt_record", snapshot.corrupt_record),
+        calls("decode_failed", snapshot.decode_failed),
+        calls("invalid_input", snapshot.invalid_input),
+        calls("rolled_back", snapshot.rolled_back),
+        calls("commit_unknown", snapshot.commit_unknown),
+        plain("idem_failed_open_total", snapshot.failed_open),
+        plain("idem_lease_lost_total", snapshot.lease_lost),
+        plain("idem_abandoned_total", snapshot.abandoned),
+        plain("idem_left_to_lease_total", snapshot.left_to_lease),
+        errors("reserve", store.reserve),
+        errors("complete", store.complete),
+        errors("renew", store.renew),
+        errors("release", store.release),
+        errors("read", store.read),
+        cache_event("hit", cache.hits),
+        cache_event("miss", cache.misses),
+        cache_event("eviction", cache.evictions),
+        cache_event("expired", cache.expired),
+        gauge("idem_replay_cache_entries", cache.entries),
+        gauge("idem_replay_cache_bytes", cache.bytes),
+    ]
+    .into_iter()
+    .map(|(name, label, kind, value)| Metric {
+        name,
+        label,
+        kind,
+        value,
+    })
+    .collect()
+}
 
 /// Publishes the coordinator's counters as they are now (absolute values), labelled
 /// `coordinator = name`.
@@ -38,40 +123,23 @@ where
 
 /// Publishes `snapshot`; see [`publish_coordinator_metrics`].
 pub fn publish_snapshot(snapshot: &MetricsSnapshot, name: &'static str) {
-    let outcomes = [
-        ("executed", snapshot.executed),
-        ("replayed", snapshot.replayed),
-        ("in_progress", snapshot.in_progress),
-        ("key_reuse", snapshot.key_reuse),
-        ("store_unavailable", snapshot.store_unavailable),
-        ("action_failed", snapshot.action_failed),
-        ("panicked", snapshot.panicked),
-        ("result_not_stored", snapshot.result_not_stored),
-        ("outcome_unknown", snapshot.outcome_unknown),
-        ("corrupt_record", snapshot.corrupt_record),
-        ("decode_failed", snapshot.decode_failed),
-        ("invalid_input", snapshot.invalid_input),
-    ];
-    for (outcome, value) in outcomes {
-        metrics::counter!("idem_calls_total", "coordinator" => name, "outcome" => outcome)
-            .absolute(value);
-    }
-    metrics::counter!("idem_failed_open_total", "coordinator" => name)
-        .absolute(snapshot.failed_open);
-    metrics::counter!("idem_lease_lost_total", "coordinator" => name).absolute(snapshot.lease_lost);
-    metrics::counter!("idem_abandoned_total", "coordinator" => name).absolute(snapshot.abandoned);
-    metrics::counter!("idem_left_to_lease_total", "coordinator" => name)
-        .absolute(snapshot.left_to_lease);
-    let errors = snapshot.store_errors;
-    for (command, value) in [
-        ("reserve", errors.reserve),
-        ("complete", errors.complete),
-        ("renew", errors.renew),
-        ("release", errors.release),
-        ("read", errors.read),
-    ] {
-        metrics::counter!("idem_store_errors_total", "coordinator" => name, "command" => command)
-            .absolute(value);
+    for metric in snapshot_metrics(snapshot) {
+        match (metric.kind, metric.label) {
+            (MetricKind::Counter, Some((label, value))) => {
+                metrics::counter!(metric.name, "coordinator" => name, label => value)
+                    .absolute(metric.value);
+            }
+            (MetricKind::Counter, None) => {
+                metrics::counter!(metric.name, "coordinator" => name).absolute(metric.value);
+            }
+            (MetricKind::Gauge, Some((label, value))) => {
+                metrics::gauge!(metric.name, "coordinator" => name, label => value)
+                    .set(metric.value as f64);
+            }
+            (MetricKind::Gauge, None) => {
+                metrics::gauge!(metric.name, "coordinator" => name).set(metric.value as f64);
+            }
+        }
     }
 }
 

@@ -13,8 +13,8 @@ use idem::InFlightPolicy;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use support::{Fixture, StoreKind, options, order};
 
-/// A recorder that keeps every counter by its name and labels, e.g.
-/// `idem_http_replays_total{route=POST /charges}`.
+/// A recorder that keeps every counter and gauge by its name and labels, e.g.
+/// `idem_http_replays_total{route=POST /charges}` (a gauge's value is its `f64`'s bits).
 #[derive(Debug, Default)]
 struct Counters(Mutex<HashMap<String, Arc<AtomicU64>>>);
 
@@ -28,6 +28,23 @@ fn name(key: &Key) -> String {
 }
 
 impl Counters {
+    /// Every counter and gauge whose name and labels contain `part`, with its value.
+    fn matching(&self, part: &str) -> Vec<(String, u64)> {
+        let counters = self.0.lock().unwrap();
+        counters
+            .iter()
+            .filter(|(name, _)| name.contains(part))
+            .map(|(name, value)| {
+                let bits = value.load(Ordering::SeqCst);
+                let value = match name.strip_prefix("gauge ") {
+                    Some(_) => f64::from_bits(bits) as u64,
+                    None => bits,
+                };
+                (name.clone(), value)
+            })
+            .collect()
+    }
+
     fn read(&self, counter: &str) -> u64 {
         let counters = self.0.lock().unwrap();
         counters
@@ -49,8 +66,11 @@ impl Recorder for Installed {
         Counter::from_arc(Arc::clone(counters.entry(name(key)).or_default()))
     }
 
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        let mut counters = self.0.0.lock().unwrap();
+        Gauge::from_arc(Arc::clone(
+            counters.entry(format!("gauge {}", name(key))).or_default(),
+        ))
     }
 
     fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
@@ -175,4 +195,104 @@ async fn the_counters_move_with_each_decision() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     spawned.abort();
     assert_eq!(counters.read("idem_failed_open_total{coordinator=open}"), 1);
+}
+
+/// Every leaf field of a snapshot's `Debug` form (`executed: 1`, `hits: 20`, ...), so that a
+/// counter the driver adds is seen here without this test naming it.
+fn snapshot_fields(snapshot: &idem::MetricsSnapshot) -> Vec<(String, u64)> {
+    format!("{snapshot:?}")
+        .split([',', '{', '}'])
+        .filter_map(|part| {
+            let (name, value) = part.trim().split_once(": ")?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn every_field_of_the_coordinators_snapshot_is_published() {
+    let counters = counters();
+    type Field = fn(&mut idem::MetricsSnapshot) -> &mut u64;
+    let fields: [Field; 30] = [
+        |s| &mut s.executed,
+        |s| &mut s.replayed,
+        |s| &mut s.in_progress,
+        |s| &mut s.key_reuse,
+        |s| &mut s.store_unavailable,
+        |s| &mut s.action_failed,
+        |s| &mut s.panicked,
+        |s| &mut s.result_not_stored,
+        |s| &mut s.outcome_unknown,
+        |s| &mut s.corrupt_record,
+        |s| &mut s.decode_failed,
+        |s| &mut s.invalid_input,
+        |s| &mut s.failed_open,
+        |s| &mut s.lease_lost,
+        |s| &mut s.abandoned,
+        |s| &mut s.left_to_lease,
+        |s| &mut s.rolled_back,
+        |s| &mut s.commit_unknown,
+        |s| &mut s.action_unknown,
+        |s| &mut s.replay_cache.hits,
+        |s| &mut s.replay_cache.misses,
+        |s| &mut s.replay_cache.evictions,
+        |s| &mut s.replay_cache.expired,
+        |s| &mut s.replay_cache.entries,
+        |s| &mut s.replay_cache.bytes,
+        |s| &mut s.store_errors.reserve,
+        |s| &mut s.store_errors.complete,
+        |s| &mut s.store_errors.renew,
+        |s| &mut s.store_errors.release,
+        |s| &mut s.store_errors.read,
+    ];
+    // Each field its own value: 101, 102, ...
+    let mut snapshot = idem::MetricsSnapshot::default();
+    for (i, field) in (101..).zip(fields) {
+        *field(&mut snapshot) = i;
+    }
+    let leaves = snapshot_fields(&snapshot);
+    assert_eq!(
+        leaves.len(),
+        fields.len(),
+        "the snapshot has fields this test does not set: {leaves:?}"
+    );
+    assert!(leaves.iter().all(|(_, value)| *value > 100), "{leaves:?}");
+
+    idem_http::metrics::publish_snapshot(&snapshot, "every-field");
+    let published = counters.matching("coordinator=every-field");
+    let mut values: Vec<u64> = published.iter().map(|(_, value)| *value).collect();
+    values.sort_unstable();
+    let mut expected: Vec<u64> = leaves.iter().map(|(_, value)| *value).collect();
+    expected.sort_unstable();
+    assert_eq!(
+        values, expected,
+        "every field published once, and nothing else: {published:?}"
+    );
+    assert_eq!(
+        idem_http::metrics::snapshot_metrics(&snapshot).len(),
+        leaves.len()
+    );
+    // A few by name, as an operator reads them.
+    let read = |name: &str| {
+        published
+            .iter()
+            .find(|(published, _)| published == name)
+            .map(|(_, value)| *value)
+    };
+    assert_eq!(
+        read("idem_calls_total{coordinator=every-field,outcome=executed}"),
+        Some(snapshot.executed)
+    );
+    assert_eq!(
+        read("idem_calls_total{coordinator=every-field,outcome=commit_unknown}"),
+        Some(snapshot.commit_unknown)
+    );
+    assert_eq!(
+        read("idem_replay_cache_total{coordinator=every-field,event=hit}"),
+        Some(snapshot.replay_cache.hits)
+    );
+    assert_eq!(
+        read("gauge idem_replay_cache_bytes{coordinator=every-field}"),
+        Some(snapshot.replay_cache.bytes)
+    );
 }
