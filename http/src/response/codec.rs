@@ -42,6 +42,28 @@ impl ResponseCodec {
     pub(crate) fn new(stored_headers: Arc<[HeaderName]>) -> Self {
         Self { stored_headers }
     }
+
+    /// The stored headers of `headers`, in the allow-list's order, each value once per time
+    /// the response carries it.
+    fn stored<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)> + 'a {
+        self.stored_headers
+            .iter()
+            .flat_map(move |name| headers.get_all(name).iter().map(move |value| (name, value)))
+    }
+
+    /// What a response with this head takes when stored, besides its body: the version,
+    /// the status, the header count and each stored header with its lengths. The store
+    /// bounds the whole (`Options::max_body_bytes`), so a body is stored only within that
+    /// bound less this.
+    pub(crate) fn overhead(&self, head: &http::response::Parts) -> usize {
+        5 + self
+            .stored(&head.headers)
+            .map(|(name, value)| 5 + name.as_str().len() + value.len())
+            .sum::<usize>()
+    }
 }
 
 impl<B: Send + 'static> Codec<Captured<B>> for ResponseCodec {
@@ -54,22 +76,13 @@ impl<B: Send + 'static> Codec<Captured<B>> for ResponseCodec {
             CapturedBody::Failed { .. } => return Err("the response body failed".into()),
         };
         let headers = &value.parts.headers;
-        let stored = || {
-            self.stored_headers
-                .iter()
-                .flat_map(|name| headers.get_all(name).iter().map(move |value| (name, value)))
-        };
-        let mut size = 5 + data.len();
-        let mut count = 0u16;
-        for (name, value) in stored() {
-            size += 5 + name.as_str().len() + value.len();
-            count = count.checked_add(1).ok_or("too many headers to store")?;
-        }
-        let mut out = Vec::with_capacity(size);
+        let count =
+            u16::try_from(self.stored(headers).count()).map_err(|_| "too many headers to store")?;
+        let mut out = Vec::with_capacity(self.overhead(&value.parts) + data.len());
         out.push(VERSION);
         out.extend_from_slice(&value.parts.status.as_u16().to_be_bytes());
         out.extend_from_slice(&count.to_be_bytes());
-        for (name, value) in stored() {
+        for (name, value) in self.stored(headers) {
             let name_len = u8::try_from(name.as_str().len()).map_err(|_| "header name too long")?;
             let value_len = u32::try_from(value.len()).map_err(|_| "header value too long")?;
             out.push(name_len);

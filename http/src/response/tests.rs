@@ -179,3 +179,69 @@ async fn trailers_reach_the_first_caller() {
     assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
     assert_eq!(collected.to_bytes().len(), 10);
 }
+
+/// A response with two stored headers and two that are not, and a body of `len` bytes.
+fn response_of(len: usize) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(201)
+        .header(CONTENT_TYPE, "text/plain")
+        .header(LOCATION, "/x/1")
+        .header(DATE, "Tue, 01 Dec 2026 00:00:00 GMT")
+        .header("x-run", "1")
+        .body(Full::new(Bytes::from(vec![b'x'; len])))
+        .unwrap()
+}
+
+#[test]
+fn the_overhead_is_what_the_stored_head_takes() {
+    let head = response_of(0).into_parts().0;
+    assert_eq!(codec().overhead(&head), 5 + (5 + 12 + 10) + (5 + 8 + 4));
+    for len in [0, 1, 40, 1000] {
+        let value = captured(
+            201,
+            &[(CONTENT_TYPE, "text/plain"), (LOCATION, "/x/1")],
+            &vec![b'x'; len],
+        );
+        let bytes = Codec::<Captured<Full<Bytes>>>::encode(&codec(), &value).unwrap();
+        assert_eq!(bytes.len(), codec().overhead(&value.parts) + len);
+    }
+}
+
+/// At the edge: a body that fits with its head in the stored bytes is read whole and
+/// encodes within the limit; one byte more is not read into memory past the limit, is not
+/// stored, and still reaches its caller whole.
+#[tokio::test]
+async fn a_body_is_captured_against_the_limit_less_its_stored_head() {
+    let max_stored = 100;
+    let overhead = codec().overhead(&response_of(0).into_parts().0);
+    let fits = max_stored - overhead;
+
+    let value = codec().capture(response_of(fits), max_stored).await;
+    assert!(matches!(&value.body, CapturedBody::Complete { data, .. } if data.len() == fits));
+    let bytes = Codec::<Captured<_>>::encode(&codec(), &value).unwrap();
+    assert_eq!(bytes.len(), max_stored, "stored at the limit exactly");
+
+    // One byte more: known from its length to be over, so not read at all.
+    let value = codec().capture(response_of(fits + 1), max_stored).await;
+    assert!(matches!(&value.body, CapturedBody::Overflow { read, .. } if read.is_empty()));
+    assert!(Codec::<Captured<_>>::encode(&codec(), &value).is_err());
+    let whole = value.into_response().into_body().collect().await.unwrap();
+    assert_eq!(whole.to_bytes().len(), fits + 1);
+
+    // Without a length, read up to the edge and no further.
+    let frames = Frames(
+        (0..=fits)
+            .map(|_| Ok(Frame::data(Bytes::from_static(b"x"))))
+            .collect(),
+    );
+    let (head, _) = response_of(0).into_parts();
+    let value = codec()
+        .capture(Response::from_parts(head, frames), max_stored)
+        .await;
+    assert!(matches!(&value.body, CapturedBody::Overflow { read, .. } if read.len() == fits + 1));
+    assert!(Codec::<Captured<_>>::encode(&codec(), &value).is_err());
+
+    // A head over the whole limit leaves no room for any body.
+    let value = codec().capture(response_of(1), overhead - 1).await;
+    assert!(matches!(&value.body, CapturedBody::Overflow { .. }));
+}
