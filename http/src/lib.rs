@@ -202,7 +202,8 @@
 //! | `InProgress` | 409 | `ceil(backoff_max)`, at least 1 s | an identical request is being processed | this request, yes | yes, it gets the first's response |
 //! | `KeyReuse` | 422 | | the key was used for another request, running or done | yes | no: use a new key |
 //! | `StoreUnavailable` | 503 | `ceil((store_retries + 1) × reply_timeout)`, at least 1 s | the store is down and the layer fails closed | yes | yes |
-//! | `ShuttingDown` | 503 | as above | the runtime is shutting down | | yes |
+//! | `ShuttingDown` | 503 | as above | the service is shutting down: the request was refused, or its handler cut at the stop's deadline (its key left to its lease) | | yes |
+//! | `Overloaded` | 503 | as above | the service runs as many handlers as it allows (`Coordinator::with_max_detached`) | yes | yes |
 //! | `RolledBack` | 503 | as above | a transactional call's writes were rolled back with its record (the commit failed, or the key was no longer its own) | yes | yes |
 //! | `CommitUnknown` | 503 | as above | a transactional call's commit went unanswered: its writes and its record committed together, or neither did | unknown | yes: it gets the committed response, or runs |
 //! | `CorruptRecord` | 500 | | the key's record is not one idem wrote | yes | no: the same answer |

@@ -60,6 +60,9 @@ pub enum ProblemType {
     StoreUnavailable,
     /// 503, with `Retry-After`: the service is shutting down. Retry later with the same key.
     ShuttingDown,
+    /// 503, with `Retry-After`: the service is running as many requests as it allows, so
+    /// this one was not started. Nothing ran; retry later with the same key.
+    Overloaded,
     /// 503, with `Retry-After`: the request's writes were rolled back together with its
     /// idempotency record (its transaction could not commit, or the key was no longer its
     /// own when it did). Nothing was committed; retry with the same key.
@@ -88,7 +91,7 @@ pub enum ProblemType {
 
 impl ProblemType {
     /// All of them, in the order of the table.
-    pub const ALL: [ProblemType; 18] = [
+    pub const ALL: [ProblemType; 19] = [
         ProblemType::KeyMissing,
         ProblemType::KeyMalformed,
         ProblemType::KeyInvalid,
@@ -100,6 +103,7 @@ impl ProblemType {
         ProblemType::KeyReuse,
         ProblemType::StoreUnavailable,
         ProblemType::ShuttingDown,
+        ProblemType::Overloaded,
         ProblemType::RolledBack,
         ProblemType::CommitUnknown,
         ProblemType::CorruptRecord,
@@ -123,6 +127,7 @@ impl ProblemType {
             ProblemType::KeyReuse => "KeyReuse",
             ProblemType::StoreUnavailable => "StoreUnavailable",
             ProblemType::ShuttingDown => "ShuttingDown",
+            ProblemType::Overloaded => "Overloaded",
             ProblemType::RolledBack => "RolledBack",
             ProblemType::CommitUnknown => "CommitUnknown",
             ProblemType::CorruptRecord => "CorruptRecord",
@@ -152,6 +157,7 @@ impl ProblemType {
             ProblemType::KeyReuse => StatusCode::UNPROCESSABLE_ENTITY,
             ProblemType::StoreUnavailable
             | ProblemType::ShuttingDown
+            | ProblemType::Overloaded
             | ProblemType::RolledBack
             | ProblemType::CommitUnknown => StatusCode::SERVICE_UNAVAILABLE,
             ProblemType::CorruptRecord
@@ -176,6 +182,7 @@ impl ProblemType {
             ProblemType::KeyReuse => "Idempotency-Key reused",
             ProblemType::StoreUnavailable => "Idempotency store unavailable",
             ProblemType::ShuttingDown => "Service shutting down",
+            ProblemType::Overloaded => "Service overloaded",
             ProblemType::RolledBack => "Nothing committed",
             ProblemType::CommitUnknown => "Commit outcome unknown",
             ProblemType::CorruptRecord => "Idempotency record corrupt",
@@ -197,6 +204,7 @@ impl ProblemType {
             ProblemType::InProgress
                 | ProblemType::StoreUnavailable
                 | ProblemType::ShuttingDown
+                | ProblemType::Overloaded
                 | ProblemType::RolledBack
                 | ProblemType::CommitUnknown
         )
@@ -320,6 +328,18 @@ impl Problem {
                 "The service is shutting down; retry later with the same key.",
             )
             .with_retry_after(retry.unavailable),
+            Error::ShuttingDown => Problem::new(
+                ProblemType::ShuttingDown,
+                "The service is shutting down, so the request was not processed; retry later \
+                 with the same key.",
+            )
+            .with_retry_after(retry.unavailable),
+            Error::Overloaded => Problem::new(
+                ProblemType::Overloaded,
+                "The service is processing as many requests as it allows, so this one was not \
+                 processed; retry later with the same key.",
+            )
+            .with_retry_after(retry.unavailable),
             Error::RolledBack => Problem::new(
                 ProblemType::RolledBack,
                 "The request's writes were rolled back and nothing was committed; retry later \
@@ -426,11 +446,11 @@ impl std::error::Error for Problem {}
 ///   held key (`backoff_max`, 500 ms by default), rounded up, at least 1 s. A client that
 ///   retries at that pace learns of the holder's end about as soon as a waiting caller
 ///   inside the service would.
-/// - **503 store unavailable, shutting down, rolled back or commit unknown**: how long one
-///   request spends trying the store before it gives up (`(store_retries + 1) ×
-///   reply_timeout`, 1.5 s by default), rounded up, at least 1 s. A retry sooner than that
-///   most likely meets the same outage (a transaction that could not commit, or whose
-///   commit went unanswered, met a store in trouble too).
+/// - **503 store unavailable, shutting down, overloaded, rolled back or commit unknown**:
+///   how long one request spends trying the store before it gives up (`(store_retries + 1)
+///   × reply_timeout`, 1.5 s by default), rounded up, at least 1 s. A retry sooner than
+///   that most likely meets the same outage (a transaction that could not commit, or whose
+///   commit went unanswered, met a store in trouble too) or the same load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryAfter {
     /// For 409 in progress.
@@ -545,6 +565,8 @@ mod tests {
                 Some(5),
             ),
             (Error::RuntimeShutdown, ProblemType::ShuttingDown, Some(5)),
+            (Error::ShuttingDown, ProblemType::ShuttingDown, Some(5)),
+            (Error::Overloaded, ProblemType::Overloaded, Some(5)),
             (Error::RolledBack, ProblemType::RolledBack, Some(5)),
             (Error::CommitUnknown, ProblemType::CommitUnknown, Some(5)),
             (

@@ -335,6 +335,8 @@ async fn http_errors_tell_an_outer_layer_what_the_inner_call_did() {
         idem::Error::RolledBack,
         idem::Error::CommitUnknown,
         idem::Error::RuntimeShutdown,
+        idem::Error::ShuttingDown,
+        idem::Error::Overloaded,
     ] {
         assert_eq!(release(retryable), Some(Disposition::Release));
     }
