@@ -24,8 +24,9 @@
 //!
 //! | metric | from the snapshot |
 //! |---|---|
-//! | `idem_calls_total{outcome}` | how each call ended: `executed`, `replayed`, `in_progress`, `key_reuse`, `store_unavailable`, `action_failed`, `action_unknown`, `panicked`, `result_not_stored`, `outcome_unknown`, `corrupt_record`, `decode_failed`, `invalid_input`, `rolled_back`, `commit_unknown` |
-//! | `idem_failed_open_total`, `idem_lease_lost_total`, `idem_abandoned_total`, `idem_left_to_lease_total` | executions without the full protection, and calls their callers dropped |
+//! | `idem_calls_total{outcome}` | how each call ended: `executed`, `replayed`, `in_progress`, `key_reuse`, `store_unavailable`, `action_failed`, `action_unknown`, `panicked`, `result_not_stored`, `outcome_unknown`, `corrupt_record`, `decode_failed`, `invalid_input`, `rolled_back`, `commit_unknown`, `overloaded`, `shutting_down` |
+//! | `idem_failed_open_total`, `idem_lease_lost_total`, `idem_abandoned_total`, `idem_left_to_lease_total`, `idem_shutdown_cut_total` | executions without the full protection, calls their callers dropped, and actions a stop cut |
+//! | `idem_detached_running`, `idem_max_detached` (gauges) | the detached actions running now, and their bound |
 //! | `idem_store_errors_total{command}` | store errors by command: `reserve`, `complete`, `renew`, `release`, `read` |
 //! | `idem_replay_cache_total{event}` | the replay cache's `hit`, `miss`, `eviction` and `expired` |
 //! | `idem_replay_cache_entries`, `idem_replay_cache_bytes` (gauges) | what the replay cache keeps now |
@@ -86,10 +87,15 @@ pub fn snapshot_metrics(snapshot: &MetricsSnapshot) -> Vec<Metric> {
         calls("invalid_input", snapshot.invalid_input),
         calls("rolled_back", snapshot.rolled_back),
         calls("commit_unknown", snapshot.commit_unknown),
+        calls("overloaded", snapshot.overloaded),
+        calls("shutting_down", snapshot.shutting_down),
         plain("idem_failed_open_total", snapshot.failed_open),
         plain("idem_lease_lost_total", snapshot.lease_lost),
         plain("idem_abandoned_total", snapshot.abandoned),
         plain("idem_left_to_lease_total", snapshot.left_to_lease),
+        plain("idem_shutdown_cut_total", snapshot.shutdown_cut),
+        gauge("idem_detached_running", snapshot.detached_running),
+        gauge("idem_max_detached", snapshot.max_detached),
         errors("reserve", store.reserve),
         errors("complete", store.complete),
         errors("renew", store.renew),

@@ -213,7 +213,7 @@ fn snapshot_fields(snapshot: &idem::MetricsSnapshot) -> Vec<(String, u64)> {
 fn every_field_of_the_coordinators_snapshot_is_published() {
     let counters = counters();
     type Field = fn(&mut idem::MetricsSnapshot) -> &mut u64;
-    let fields: [Field; 30] = [
+    let fields: [Field; 35] = [
         |s| &mut s.executed,
         |s| &mut s.replayed,
         |s| &mut s.in_progress,
@@ -233,6 +233,11 @@ fn every_field_of_the_coordinators_snapshot_is_published() {
         |s| &mut s.rolled_back,
         |s| &mut s.commit_unknown,
         |s| &mut s.action_unknown,
+        |s| &mut s.overloaded,
+        |s| &mut s.shutting_down,
+        |s| &mut s.shutdown_cut,
+        |s| &mut s.detached_running,
+        |s| &mut s.max_detached,
         |s| &mut s.replay_cache.hits,
         |s| &mut s.replay_cache.misses,
         |s| &mut s.replay_cache.evictions,
@@ -294,5 +299,9 @@ fn every_field_of_the_coordinators_snapshot_is_published() {
     assert_eq!(
         read("gauge idem_replay_cache_bytes{coordinator=every-field}"),
         Some(snapshot.replay_cache.bytes)
+    );
+    assert_eq!(
+        read("gauge idem_detached_running{coordinator=every-field}"),
+        Some(snapshot.detached_running)
     );
 }
