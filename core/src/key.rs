@@ -75,7 +75,8 @@ impl Key {
 }
 
 /// The scope of a key, such as `payment.charge`: 1..=100 ASCII letters, digits, `.`, `_`
-/// and `-`.
+/// and `-`, or such a name scoped to a tenant ([`Operation::for_tenant`]), which adds a `~`
+/// that no other name holds.
 ///
 /// A key is unique per operation: `payment.charge` and `order.cancel` keep separate records
 /// for one key. Tenants are isolated by scoping the operation to each
@@ -134,27 +135,41 @@ impl Operation {
     }
 
     /// This operation scoped to one tenant (a user, an account, an API client): the name
-    /// followed by `.t-` and 32 hex digits of a SHA-256 of the tenant's bytes (128 bits), so
-    /// that the same key sent by two tenants names two records, whatever bytes identify the
-    /// tenant. The key itself is never rewritten (`I12`). Refused with
-    /// [`OperationError::TooLong`] when the name is over 65 bytes, as the scoped name would be
-    /// over [`MAX_OPERATION_LEN`].
+    /// followed by [`TENANT_SCOPE`] (`~t-`) and 32 hex digits of a SHA-256 of the tenant's
+    /// bytes (128 bits), so that the same key sent by two tenants names two records,
+    /// whatever bytes identify the tenant. The key itself is never rewritten (`I12`).
+    ///
+    /// `~` is a character [`Operation::new`] refuses, so no name given to `new` (by a
+    /// service, or made from a request's route) ever equals a scoped one: an unscoped
+    /// operation cannot reach a tenant's records by spelling its scope. A scoped operation
+    /// therefore exists only as a value made here; its name cannot be given to `new` again.
+    /// Refused with [`OperationError::TooLong`] when the name is over 65 bytes, as the
+    /// scoped name would be over [`MAX_OPERATION_LEN`].
     pub fn for_tenant(&self, tenant: impl AsRef<[u8]>) -> Result<Self, OperationError> {
         use sha2::{Digest, Sha256};
+        let len = self.0.len() + TENANT_SCOPE.len() + 32;
+        if len > MAX_OPERATION_LEN {
+            return Err(OperationError::TooLong { len });
+        }
         let mut hasher = Sha256::new();
         hasher.update(b"idem tenant\0");
         hasher.update(tenant.as_ref());
         let digest = hasher.finalize();
-        let mut name = String::with_capacity(self.0.len() + 35);
+        let mut name = String::with_capacity(len);
         name.push_str(&self.0);
-        name.push_str(".t-");
+        name.push_str(TENANT_SCOPE);
         for byte in &digest[..16] {
             name.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
             name.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
         }
-        Self::new(name)
+        Ok(Self(name.into()))
     }
 }
+
+/// What [`Operation::for_tenant`] puts between an operation's name and its tenant's hash.
+/// Its `~` is outside the alphabet of [`Operation::new`], so only a scoped operation holds
+/// it.
+pub const TENANT_SCOPE: &str = "~t-";
 
 macro_rules! string_like {
     ($ty:ident, $err:ident) => {

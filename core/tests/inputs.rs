@@ -190,11 +190,13 @@ fn a_tenant_scopes_an_operation_without_touching_keys() {
         charge.for_tenant(b"alice").unwrap(),
         "the same tenant, the same scope"
     );
-    assert!(alice.as_str().starts_with("payment.charge.t-"));
+    assert!(alice.as_str().starts_with("payment.charge~t-"));
     assert_eq!(alice.as_str().len(), "payment.charge".len() + 35);
-    // Any bytes identify a tenant; the scoped name is always a valid operation.
+    // Any bytes identify a tenant; the scoped name is never one `Operation::new` accepts,
+    // so an unscoped name cannot spell it.
     let odd = charge.for_tenant([0u8, 255, b':', b' ']).unwrap();
-    assert!(idem_core::Operation::new(odd.as_str()).is_ok());
+    assert!(idem_core::Operation::new(odd.as_str()).is_err());
+    assert!(idem_core::Operation::new(alice.as_str().replace('~', ".")).is_ok());
     // The longest name that can be scoped, and one byte more.
     let longest = idem_core::Operation::new("a".repeat(65)).unwrap();
     assert_eq!(longest.for_tenant("t").unwrap().as_str().len(), 100);

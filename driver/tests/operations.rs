@@ -73,7 +73,7 @@ async fn two_tenants_sending_one_key_get_two_records_and_two_charges() {
     assert_eq!(provider.charges().len(), 2);
     // The key is stored as sent; the scope is in the operation.
     let alice = charges.for_tenant("alice").unwrap();
-    let record = common::read(&**payments.store(), alice.name().as_str(), "same-key").await;
+    let record = common::read_under(&**payments.store(), alice.name(), "same-key").await;
     assert!(record.is_some());
 }
 

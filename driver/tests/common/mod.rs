@@ -348,9 +348,17 @@ pub fn spawn_call<S: Store>(
 
 /// Reads the live record of `key`, as the store sees it now.
 pub async fn read<S: Store>(store: &S, operation: &str, key: &str) -> Option<idem_core::Record> {
-    let operation = Operation::new(operation).unwrap();
+    read_under(store, &Operation::new(operation).unwrap(), key).await
+}
+
+/// As [`read`], under an operation already made (a tenant's, which no name spells).
+pub async fn read_under<S: Store>(
+    store: &S,
+    operation: &Operation,
+    key: &str,
+) -> Option<idem_core::Record> {
     let key = Key::new(key).unwrap();
-    match store.apply(&operation, &key, Command::Read).await {
+    match store.apply(operation, &key, Command::Read).await {
         Ok(Reply::Read(record)) => record,
         other => panic!("read answered {other:?}"),
     }

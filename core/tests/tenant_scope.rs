@@ -1,0 +1,73 @@
+//! A tenant's scope cannot be spelled (MODEL.md, I12 and "Scope"): no name that
+//! `Operation::new` accepts, whoever gives it (a service, a route made into a name), equals
+//! an operation scoped by `Operation::for_tenant`, and scoped names tell their operation and
+//! tenant apart.
+
+use idem_core::key::TENANT_SCOPE;
+use idem_core::{Operation, OperationError};
+use proptest::prelude::*;
+
+/// Names in the operation alphabet, and around it.
+fn base() -> impl Strategy<Value = Operation> {
+    "[A-Za-z0-9._-]{1,65}".prop_map(|name| Operation::new(name).unwrap())
+}
+
+/// What a client can put into a name: any text, the old scope marker, the new one, and the
+/// exact spelling of a scoped name.
+fn spelling(scoped: &Operation) -> impl Strategy<Value = String> + use<> {
+    let (base, hash) = scoped
+        .as_str()
+        .split_once(TENANT_SCOPE)
+        .map(|(base, hash)| (base.to_owned(), hash.to_owned()))
+        .unwrap();
+    prop_oneof![
+        ".{0,110}",
+        "[A-Za-z0-9._~-]{1,100}",
+        Just(scoped.as_str().to_owned()),
+        Just(format!("{base}.t-{hash}")),
+        Just(format!("{base}_t-{hash}")),
+        Just(format!("{base}-t-{hash}")),
+        Just(format!("{base}_7Et-{hash}")),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn no_name_operation_new_accepts_equals_a_scoped_one(
+        (scoped, attempt) in (base(), proptest::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(base, tenant)| base.for_tenant(tenant).unwrap())
+            .prop_flat_map(|scoped| (Just(scoped.clone()), spelling(&scoped)))
+    ) {
+        if let Ok(spelled) = Operation::new(&attempt) {
+            prop_assert_ne!(&spelled, &scoped);
+            prop_assert!(!spelled.as_str().contains('~'));
+        }
+        let refused = matches!(
+            Operation::new(scoped.as_str()),
+            Err(OperationError::InvalidCharacter { found: '~', .. })
+        );
+        prop_assert!(refused, "{} was accepted by Operation::new", scoped);
+    }
+
+    #[test]
+    fn a_scoped_name_splits_back_into_its_operation_and_tenant_hash(
+        base in base(),
+        other in base(),
+        tenant in proptest::collection::vec(any::<u8>(), 0..40),
+        other_tenant in proptest::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let scoped = base.for_tenant(&tenant).unwrap();
+        let (name, hash) = scoped.as_str().split_once(TENANT_SCOPE).unwrap();
+        prop_assert_eq!(name, base.as_str());
+        prop_assert_eq!(hash.len(), 32);
+        prop_assert!(hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        prop_assert_eq!(scoped.as_str().len(), base.as_str().len() + 35);
+        // Another operation or another tenant, another scope.
+        if other != base {
+            prop_assert_ne!(other.for_tenant(&tenant).unwrap(), scoped.clone());
+        }
+        if other_tenant != tenant {
+            prop_assert_ne!(base.for_tenant(&other_tenant).unwrap(), scoped);
+        }
+    }
+}
