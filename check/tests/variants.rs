@@ -250,7 +250,8 @@ fn the_driver_variants_are_the_drivers() {
         [
             Variant::ReleaseOnAbandon,
             Variant::PanicReleases,
-            Variant::CorruptFailsOpen
+            Variant::CorruptFailsOpen,
+            Variant::AbsentCommitRolledBack
         ]
     );
     assert!(Variant::ReleaseOnAbandon.releases_on_abandon());
@@ -279,5 +280,36 @@ fn only_the_transactional_store_variant_commits_what_was_not_recorded() {
             "{}",
             variant.name()
         );
+    }
+}
+
+#[test]
+fn only_the_absent_commit_driver_takes_a_read_without_its_record_for_its_reservation() {
+    let (own, other) = (owner(1), owner(2));
+    let now = Timestamp::from_millis(500);
+    let ours = states()[1].clone();
+    let others = Some(Record::Pending {
+        owner: other,
+        fingerprint: fp(0),
+        lease_until: Timestamp::from_millis(1_000),
+    });
+    let own_reservation = Some(Record::Pending {
+        owner: own,
+        fingerprint: fp(0),
+        lease_until: now,
+    });
+    for variant in Variant::ALL {
+        let fed = |read: Option<Record>| variant.fed_commit_read(read, own, fp(0), now);
+        // A read of the attempt's own record is fed as it is, by every driver.
+        assert_eq!(fed(ours.clone()), ours, "{}", variant.name());
+        assert_eq!(fed(states()[2].clone()), states()[2], "{}", variant.name());
+        if variant == Variant::AbsentCommitRolledBack {
+            assert!(variant.is_driver());
+            assert_eq!(fed(None), own_reservation);
+            assert_eq!(fed(others.clone()), own_reservation);
+        } else {
+            assert_eq!(fed(None), None, "{}", variant.name());
+            assert_eq!(fed(others.clone()), others, "{}", variant.name());
+        }
     }
 }

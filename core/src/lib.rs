@@ -29,7 +29,7 @@ pub mod token;
 
 pub use attempt::{
     Abandonment, ActionResult, Attempt, Execution, LeaseState, Outcome, Protection, ProtocolError,
-    Recording, Step,
+    Recording, Step, confirmed_lease,
 };
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};
 pub use key::{Key, KeyError, Operation, OperationError};

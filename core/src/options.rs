@@ -170,7 +170,10 @@ impl OptionsBuilder {
         /// At least 1 s and below the retention; longer than the slowest honest attempt
         /// between two renewals. Default 30 s.
         lease: Duration;
-        /// Above zero and below the lease. Default a third of the lease.
+        /// Above zero and below the part of the lease the caller counts as its own
+        /// ([`confirmed_lease`](crate::confirmed_lease): the lease less 1% and 5 ms), so
+        /// that a renewal is sent before the caller's view of its lease runs out. Default a
+        /// third of the lease.
         renew_every: Duration;
         /// At least 60 s. Default 24 h.
         retention: Duration;
@@ -215,7 +218,7 @@ impl OptionsBuilder {
         if lease >= retention {
             return Err(OptionsError::LeaseNotBelowRetention { lease, retention });
         }
-        if renew_every.is_zero() || renew_every >= lease {
+        if renew_every.is_zero() || renew_every >= crate::confirmed_lease(lease) {
             return Err(OptionsError::RenewNotWithinLease { renew_every, lease });
         }
         if wait_deadline.is_zero() {
@@ -282,8 +285,11 @@ pub enum OptionsError {
         /// The retention it was compared with.
         retention: Duration,
     },
-    /// The renewal interval is zero or not shorter than the lease.
-    #[error("renewal interval {renew_every:?} must be above zero and below the lease {lease:?}")]
+    /// The renewal interval is zero or not shorter than the part of the lease the caller
+    /// counts as its own ([`confirmed_lease`](crate::confirmed_lease)).
+    #[error(
+        "renewal interval {renew_every:?} must be above zero and below the lease {lease:?} less 1% and 5 ms"
+    )]
     RenewNotWithinLease {
         /// The refused interval.
         renew_every: Duration,

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::at;
+use idem_core::confirmed_lease;
 use idem_core::record::{Command, apply};
 use idem_core::{
     ActionResult, Attempt, Body, Execution, LeaseState, Options, Outcome, OwnerToken, Protection,
@@ -98,7 +99,7 @@ fn a_renewal_that_is_never_answered_is_given_up_and_sent_again_before_the_lease_
     let mut a = common::attempt(1, options.clone(), 0);
     assert_eq!(until_run_or_done(&mut a, &mut store, 0), Step::Run);
     let renew_every = options.renew_every().as_millis() as u64;
-    let lease = options.lease().as_millis() as u64;
+    let lease = confirmed_lease(options.lease()).as_millis() as u64;
     let Step::Send {
         command: Command::Renew { .. },
         reply_by,
@@ -130,7 +131,7 @@ fn a_renewal_that_is_never_answered_is_given_up_and_sent_again_before_the_lease_
     assert!(renewed_at < lease, "{renewed_at} ms");
     assert_eq!(
         a.lease_confirmed_until(),
-        Some(at(renewed_at).saturating_add(options.lease()))
+        Some(at(renewed_at).saturating_add(confirmed_lease(options.lease())))
     );
     assert_eq!(a.lease(at(lease)), LeaseState::Held);
 }
@@ -255,9 +256,10 @@ fn the_confirmed_lease_end_is_known_only_while_the_action_runs_under_it() {
     assert_eq!(a.lease_confirmed_until(), None);
     assert_eq!(a.lease(at(0)), LeaseState::NotRunning);
     assert_eq!(until_run_or_done(&mut a, &mut store, 0), Step::Run);
-    assert_eq!(a.lease_confirmed_until(), Some(at(3_000)));
-    assert_eq!(a.lease(at(2_999)), LeaseState::Held);
-    assert_eq!(a.lease(at(3_000)), LeaseState::Unconfirmed);
+    // A 3 s lease is counted as 3 s less 1% and 5 ms: 2 965 ms.
+    assert_eq!(a.lease_confirmed_until(), Some(at(2_965)));
+    assert_eq!(a.lease(at(2_964)), LeaseState::Held);
+    assert_eq!(a.lease(at(2_965)), LeaseState::Unconfirmed);
     a.handle_action_result(ActionResult::Failed, at(10))
         .unwrap();
     let _ = a.poll(at(10));

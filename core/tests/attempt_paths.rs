@@ -225,9 +225,9 @@ fn unconfirmed_lease_is_reported_while_renewals_fail() {
         _ => Fault::None,
     });
     let outcome = world.run(&mut attempt(short_lease()));
-    // The machine wakes at the instant the confirmed lease (1 s from the reserve) runs out,
-    // so a driver can tell the action at once, not at the next renewal.
-    assert_eq!(world.saw(LeaseState::Unconfirmed), Some(1_000));
+    // The machine wakes at the instant the confirmed lease (1 s from the reserve, less 1%
+    // and 5 ms) runs out, so a driver can tell the action at once, not at the next renewal.
+    assert_eq!(world.saw(LeaseState::Unconfirmed), Some(985));
     // Nobody took the key, so the late complete records the result and says the lease ran out.
     let execution = executed(&outcome);
     assert_eq!(execution.record, Recording::Stored);

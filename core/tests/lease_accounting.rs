@@ -4,6 +4,7 @@
 mod common;
 
 use common::at;
+use idem_core::confirmed_lease;
 use idem_core::record::apply;
 use idem_core::{
     ActionResult, Attempt, Body, LeaseState, Options, Outcome, OwnerToken, Record, Recording,
@@ -47,7 +48,7 @@ fn resend_and_feed(a: &mut Attempt, store: &mut Option<Record>, from: u64) -> u6
 
 #[test]
 fn a_reserve_retried_after_a_lost_reply_counts_its_lease_from_the_first_send() {
-    let lease = Options::default().lease().as_millis() as u64;
+    let lease = confirmed_lease(Options::default().lease()).as_millis() as u64;
     let mut store = None;
     let mut a = attempt(1, 0);
     // The first reserve is applied at 0, but its reply is lost.
@@ -57,8 +58,8 @@ fn a_reserve_retried_after_a_lost_reply_counts_its_lease_from_the_first_send() {
     // The retry gets the same reservation back, unchanged (I11), some time later.
     let t = resend_and_feed(&mut a, &mut store, 500);
     assert_eq!(a.poll(at(t)), Step::Run);
-    // The store's lease ends at `lease` (from the first send), so the machine must not
-    // claim it past that, and must renew on the first send's schedule.
+    // The store's lease ends a lease after the first send (or later), so the machine must
+    // not claim it past its confirmed part, and must renew on the first send's schedule.
     assert_eq!(a.lease(at(lease - 1)), LeaseState::Held);
     assert_eq!(a.lease(at(lease)), LeaseState::Unconfirmed);
     let renew_at = Options::default().renew_every().as_millis() as u64;
@@ -69,7 +70,7 @@ fn a_reserve_retried_after_a_lost_reply_counts_its_lease_from_the_first_send() {
 fn an_in_flight_answer_restarts_the_lease_count() {
     // A waiter's first reserve is answered "in flight": no grant of ours exists, so the
     // reservation it gets later is counted from that later reserve's own send.
-    let lease = Options::default().lease().as_millis() as u64;
+    let lease = confirmed_lease(Options::default().lease()).as_millis() as u64;
     let mut store = None;
     let mut holder = attempt(2, 0);
     let reply = send_and_apply(&mut holder, &mut store, 0);
@@ -232,7 +233,7 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
 
 #[test]
 fn a_renewal_granted_to_another_owner_does_not_extend_this_callers_lease() {
-    let lease = Options::default().lease().as_millis() as u64;
+    let lease = confirmed_lease(Options::default().lease()).as_millis() as u64;
     let mut store = None;
     let mut a = attempt(1, 0);
     let granted = send_and_apply(&mut a, &mut store, 0);
@@ -252,7 +253,8 @@ fn a_renewal_granted_to_another_owner_does_not_extend_this_callers_lease() {
         lease_until: Some(at(t + 10 * lease)),
     };
     a.handle_reply(Reply::Renewed(foreign), at(t)).unwrap();
-    // Only the lease confirmed by the reserve counts: it still ends at `lease`.
+    // Only the lease confirmed by the reserve counts: it still ends where the reserve's
+    // confirmed part ends.
     assert_eq!(a.lease(at(lease - 1)), LeaseState::Held);
     assert_eq!(a.lease(at(lease)), LeaseState::Unconfirmed);
 }

@@ -212,3 +212,114 @@ fn only_a_recorded_result_commits() {
     assert!(!commits(&Reply::Refused(idem_core::Refusal::NotOwner)));
     assert!(!commits(&Reply::Released));
 }
+
+/// The action succeeds at 10 and its complete goes out; its reply never comes. Returns the
+/// complete (to be applied, or not, as the test says) and the first read the machine sends
+/// after giving the complete up, with the instant it sends it.
+fn complete_out_then_read(a: &mut Attempt) -> (Command, Command, u64) {
+    a.handle_action_result(ActionResult::Succeeded(Body::new("order-1")), at(10))
+        .unwrap();
+    let Step::Send {
+        command: complete, ..
+    } = a.poll(at(10))
+    else {
+        panic!("expected the complete")
+    };
+    a.handle_store_error(at(10)).unwrap();
+    let mut now = 10;
+    loop {
+        match a.poll(at(now)) {
+            Step::Send { command, .. } => {
+                assert_eq!(command, Command::Read);
+                return (complete, command, now);
+            }
+            Step::Wait { until: Some(until) } => now = until.as_millis(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_read_that_finds_no_record_is_commit_unknown_and_the_insert_may_still_land() {
+    // The holder's lease ran out and its record was swept (deleted) before its complete: the
+    // complete inserts the record, invisible to a read until its transaction commits.
+    let mut store = None;
+    let mut a = running(1, &mut store, 0);
+    store = None;
+    let (complete, read, t) = complete_out_then_read(&mut a);
+    // The read overtakes the commit in progress and finds nothing…
+    let reply = apply(store.as_ref(), read, at(t)).apply_to(&mut store);
+    assert_eq!(reply, Reply::Read(None));
+    a.handle_reply(reply, at(t)).unwrap();
+    let outcome = a.poll(at(t));
+    // …so the attempt cannot say nothing was committed:
+    assert_eq!(outcome, Step::Done(Outcome::CommitUnknown));
+    // …and indeed the commit then lands: the record is completed by this attempt, its writes
+    // committed with it (one effect, which `RolledBack` would have denied).
+    let transition = apply(store.as_ref(), complete, at(t + 50));
+    assert!(commits(&transition.reply));
+    transition.apply_to(&mut store);
+    assert!(
+        matches!(store, Some(Record::Completed { owner, .. }) if owner == OwnerToken::from_u128(1))
+    );
+}
+
+#[test]
+fn a_read_that_finds_another_owners_record_is_commit_unknown() {
+    let taker = OwnerToken::from_u128(2);
+    let fingerprint = idem_core::Fingerprint::of_bytes(b"amount=100");
+    for record in [
+        Record::Pending {
+            owner: taker,
+            fingerprint,
+            lease_until: at(60_000),
+        },
+        Record::Completed {
+            owner: taker,
+            fingerprint,
+            result: idem_core::StoredResult::Value(Body::new("order-2")),
+            expires_at: at(60_000),
+        },
+    ] {
+        let mut store = None;
+        let mut a = running(1, &mut store, 0);
+        let (_complete, read, t) = complete_out_then_read(&mut a);
+        store = Some(record.clone());
+        let reply = apply(store.as_ref(), read, at(t)).apply_to(&mut store);
+        a.handle_reply(reply, at(t)).unwrap();
+        assert_eq!(
+            a.poll(at(t)),
+            Step::Done(Outcome::CommitUnknown),
+            "{record:?}"
+        );
+        // Nothing of the other owner's was touched by the read.
+        assert_eq!(store, Some(record));
+    }
+}
+
+#[test]
+fn only_a_refused_complete_or_our_own_reservation_read_back_is_rolled_back() {
+    // Refused inside the transaction: definite.
+    let mut store = None;
+    let mut paused = running(1, &mut store, 0);
+    let _taker = running(2, &mut store, 1_500);
+    assert!(!complete_in_transaction(&mut paused, &mut store, 1_600));
+    assert_eq!(
+        paused.poll(at(1_600)),
+        Step::Done(Outcome::RolledBack { released: true })
+    );
+    // Our own reservation read back: definite, and given back.
+    let mut store = None;
+    let mut a = running(1, &mut store, 0);
+    let (_complete, read, t) = complete_out_then_read(&mut a);
+    let reply = apply(store.as_ref(), read, at(t)).apply_to(&mut store);
+    assert!(matches!(reply, Reply::Read(Some(Record::Pending { .. }))));
+    a.handle_reply(reply, at(t)).unwrap();
+    let Step::Send {
+        command: Command::Release { .. },
+        ..
+    } = a.poll(at(t))
+    else {
+        panic!("expected the release")
+    };
+}

@@ -58,7 +58,10 @@ fn while_a_renewal_is_out_the_machine_wakes_at_its_reply_deadline_or_the_lease_e
         .reply_timeout(Duration::from_secs(28))
         .build()
         .unwrap();
-    let (lease, renew) = (ms(late.lease()), ms(late.renew_every()));
+    let (lease, renew) = (
+        ms(idem_core::confirmed_lease(late.lease())),
+        ms(late.renew_every()),
+    );
     let mut a = running_with(late.clone(), &mut None);
     let Step::Send { reply_by, .. } = a.poll(at(renew)) else {
         panic!("expected a renewal")

@@ -1,30 +1,48 @@
 //! The claim an action receives: which key it runs under, and whether it still holds it.
 
 use std::future::Future;
+use std::time::Duration;
 
 use idem_core::{Key, LeaseState, Operation, OwnerToken};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// What the driver last learned of the action's reservation: the attempt machine's state,
-/// and the instant (tokio's clock) until which the lease is confirmed. The claim judges
-/// "held" against the clock at the moment it is asked, so an action that was paused past
-/// its lease sees the lease unconfirmed at once, not the state published before the pause.
+/// and the instant (tokio's clock) until which the lease is confirmed, as the machine
+/// counts it (MODEL.md, "Counting the lease on the caller's clock": from the confirming
+/// command's send, less a margin, so that it ends before the store's lease). The claim
+/// judges "held" against the clock at the moment it is asked, so an action that was paused
+/// past its lease sees the lease unconfirmed at once, not the state published before the
+/// pause; the machine decides the instant, the claim only compares it with the clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LeaseView {
     pub(crate) state: LeaseState,
+    /// `None` while held: confirmed past any instant a tokio timer can hold.
     pub(crate) confirmed_until: Option<Instant>,
 }
 
 impl LeaseView {
     fn at(&self, now: Instant) -> LeaseState {
         match self.state {
-            LeaseState::Held | LeaseState::Unconfirmed => match self.confirmed_until {
-                Some(until) if now < until => LeaseState::Held,
-                _ => LeaseState::Unconfirmed,
+            LeaseState::Held | LeaseState::Unconfirmed => match self.turns_at() {
+                Some(until) if now >= until => LeaseState::Unconfirmed,
+                _ => LeaseState::Held,
             },
             other => other,
         }
+    }
+
+    /// The instant this view stops saying `Held`, while it may say so.
+    fn turns_at(&self) -> Option<Instant> {
+        match self.state {
+            LeaseState::Held | LeaseState::Unconfirmed => self.confirmed_until,
+            _ => None,
+        }
+    }
+
+    /// Whether the lease is no longer confirmed at `now`: unconfirmed, or lost.
+    fn lapsed_at(&self, now: Instant) -> bool {
+        matches!(self.at(now), LeaseState::Unconfirmed | LeaseState::Lost)
     }
 }
 
@@ -73,17 +91,43 @@ impl Claim {
 
     /// The reservation's state now: [`Held`](LeaseState::Held) only while the last
     /// confirmed lease lasts past this very instant, [`Unconfirmed`](LeaseState::Unconfirmed)
-    /// once it has run out without a confirmed renewal (the key may have been taken over),
-    /// [`Lost`](LeaseState::Lost) once the store refused a renewal, and
+    /// once it has run out without a confirmed renewal (the key may be taken over soon, or
+    /// already), [`Lost`](LeaseState::Lost) once the store refused a renewal, and
     /// [`Unprotected`](LeaseState::Unprotected) when the store failed open. Ask it right
     /// before an effect that must not happen twice.
+    ///
+    /// The confirmed lease is counted on this process's clock from when the renewal that
+    /// confirmed it was sent, less 1% and 5 ms ([`idem_core::confirmed_lease`]): `Held`
+    /// turns to `Unconfirmed` before the store can free the key, by construction (MODEL.md
+    /// says by how much), whether or not the store still answers.
     pub fn lease(&self) -> LeaseState {
         self.lease.borrow().at(Instant::now())
     }
 
-    /// Whether the store refused a renewal: the key may be another caller's now.
+    /// How long the lease is confirmed to last from now: zero once it is unconfirmed or
+    /// lost, `None` when the action runs unprotected (fail-open: there is no lease). An
+    /// action about to start a step that must not be cut by a takeover can check that the
+    /// step fits; the lease is renewed meanwhile while the store answers, so this grows
+    /// back after each confirmed renewal. It reaches zero at the instant [`lease`](Self::lease)
+    /// turns from `Held`.
+    pub fn lease_left(&self) -> Option<Duration> {
+        let view = *self.lease.borrow();
+        let now = Instant::now();
+        match view.at(now) {
+            LeaseState::Held => Some(
+                view.turns_at()
+                    .map_or(Duration::MAX, |until| until.saturating_duration_since(now)),
+            ),
+            LeaseState::Unconfirmed | LeaseState::Lost => Some(Duration::ZERO),
+            LeaseState::Unprotected | LeaseState::NotRunning => None,
+        }
+    }
+
+    /// Whether the lease is no longer confirmed: [`lease`](Self::lease) says
+    /// [`Unconfirmed`](LeaseState::Unconfirmed) or [`Lost`](LeaseState::Lost). The key may
+    /// be another caller's now. This is what [`lease_lost`](Self::lease_lost) waits for.
     pub fn is_lease_lost(&self) -> bool {
-        self.lease() == LeaseState::Lost
+        self.lease.borrow().lapsed_at(Instant::now())
     }
 
     /// Whether the action runs under a reservation (false when the store failed open).
@@ -91,16 +135,26 @@ impl Claim {
         self.lease() != LeaseState::Unprotected
     }
 
-    /// A future that resolves when the lease is lost, for an action that selects over its
-    /// work and this. It never resolves if the lease is kept (or the action runs
-    /// unprotected), including after the call is over.
+    /// A future that resolves when the lease can no longer be confirmed, for an action that
+    /// selects over its work and this: at the instant the last confirmed lease runs out on
+    /// this process's clock (the same instant that turns [`lease`](Self::lease) from `Held`;
+    /// the future wakes at the first tick of tokio's millisecond timer at or after it), or
+    /// when the store refuses a renewal, whichever comes first. It does not wait for the
+    /// store to answer: a store that stops answering (a partition, a paused server) no
+    /// longer confirms the lease, and the future resolves before the store can free the key.
+    ///
+    /// It never resolves while renewals keep the lease confirmed, when the action runs
+    /// unprotected, or once the action has returned. A renewal confirmed after it resolved
+    /// (a slow store) makes [`lease`](Self::lease) say `Held` again: the store still held
+    /// the key then.
     ///
     /// ```
     /// use idem::{Claim, Coordinator, Fingerprint, MemoryStore, Options};
     ///
     /// async fn export(claim: Claim) -> Result<u32, &'static str> {
     ///     tokio::select! {
-    ///         // Another caller may take the key over: stop before a second effect.
+    ///         // The lease is no longer confirmed, and another caller may take the key
+    ///         // over: stop before a second effect.
     ///         () = claim.lease_lost() => Err("lease lost; export abandoned"),
     ///         rows = async { 1_000 } => Ok(rows),
     ///     }
@@ -117,13 +171,26 @@ impl Claim {
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let mut lease = self.lease.clone();
         async move {
-            if lease
-                .wait_for(|view| view.state == LeaseState::Lost)
-                .await
-                .is_err()
-            {
-                // The call is over and the lease was not lost: nothing will change now.
-                std::future::pending::<()>().await;
+            loop {
+                if lease.has_changed().is_err() {
+                    // The action returned: its lease no longer matters.
+                    std::future::pending::<()>().await;
+                }
+                let view = *lease.borrow_and_update();
+                if view.lapsed_at(Instant::now()) {
+                    return;
+                }
+                let turn = view.turns_at();
+                tokio::select! {
+                    biased;
+                    _ = lease.changed() => {}
+                    () = async {
+                        match turn {
+                            Some(until) => tokio::time::sleep_until(until).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                }
             }
         }
     }

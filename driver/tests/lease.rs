@@ -102,19 +102,27 @@ async fn a_lost_lease_is_told_to_the_action_and_reported() {
                     let mut seen = vec![format!("{:?}", claim.lease())];
                     loop {
                         tokio::select! {
-                            () = &mut lost => break,
+                            () = &mut lost => {
+                                // The future and the claim agree at the instant it fires.
+                                seen.push(format!("{:?}", claim.lease()));
+                                break;
+                            }
                             () = tokio::time::sleep(Duration::from_millis(100)) => {
                                 seen.push(format!("{:?}", claim.lease()));
                             }
                         }
                     }
                     assert!(claim.is_lease_lost());
+                    // The action goes on past the takeover at 1.2 s (as one that cannot stop
+                    // would), so its complete meets the taker's record.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                     Ok::<_, ProviderTimeout>(seen)
                 })
                 .await
         })
     };
-    // The lease runs out at 1 s; another caller takes the key at 1.2 s and completes.
+    // The caller's view of the lease runs out at 985 ms, the store's at 1 s; another caller
+    // takes the key at 1.2 s and completes.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let taker = coordinator
         .execute_with_provenance(OP, "k", fingerprint("o", 1), move |_claim| async move {

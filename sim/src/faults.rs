@@ -9,7 +9,7 @@ use idem_check::{Class, Tally, UnknownName, parse_name};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
     /// Store requests lost before they are applied, replies lost after, replies delayed
-    /// past the attempt's reply deadline.
+    /// past the attempt's reply deadline, transactional inserts that commit after it.
     Network,
     /// Windows in which the store refuses every command, or answers none.
     Outage,
@@ -260,6 +260,12 @@ pub enum Exercised {
     CommitRead,
     /// A transactional attempt could not learn whether its commit landed (`CommitUnknown`).
     CommitUnknown,
+    /// A transactional complete that inserted its record committed after its attempt's
+    /// reply deadline.
+    CommitLate,
+    /// A late commit landed after its attempt had read the record and found none: the
+    /// attempt could not tell, and said `CommitUnknown`.
+    CommitLandedAfterRead,
     /// A transactional holder crashed mid-action: its transaction died, nothing committed.
     TransactionCrashed,
     /// A transactional action panicked: its writes rolled back and its key was released.
@@ -270,7 +276,7 @@ pub enum Exercised {
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 46] = [
+    pub const ALL: [Exercised; 48] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -314,6 +320,8 @@ impl Exercised {
         Exercised::CommitRefused,
         Exercised::CommitRead,
         Exercised::CommitUnknown,
+        Exercised::CommitLate,
+        Exercised::CommitLandedAfterRead,
         Exercised::TransactionCrashed,
         Exercised::TransactionPanicked,
         Exercised::TransactionDropped,
@@ -365,6 +373,8 @@ impl Exercised {
             Exercised::CommitRefused => "commit-refused",
             Exercised::CommitRead => "commit-read",
             Exercised::CommitUnknown => "commit-unknown",
+            Exercised::CommitLate => "commit-late",
+            Exercised::CommitLandedAfterRead => "commit-landed-after-read",
             Exercised::TransactionCrashed => "transaction-crashed",
             Exercised::TransactionPanicked => "transaction-panicked",
             Exercised::TransactionDropped => "transaction-dropped",

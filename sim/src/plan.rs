@@ -193,6 +193,13 @@ pub struct NetworkPlan {
     /// Chance (per mille) that a reply is delayed past the attempt's reply deadline (by
     /// one to ten of its reply timeouts).
     pub reply_late: u64,
+    /// Chance (per mille) that a transactional complete that inserts its record (the key
+    /// held none: never written, or swept) commits late: two to ten of its reply timeouts
+    /// after the store applied it, so its attempt gives it up and reads the record before
+    /// it lands. Until then the insert is invisible: a read finds no record, and every
+    /// other command on the key waits for the commit (as PostgreSQL's readers and writers
+    /// of an uncommitted row do).
+    pub commit_late: u64,
 }
 
 impl NetworkPlan {
@@ -204,6 +211,7 @@ impl NetworkPlan {
             request_lost: 0,
             reply_lost: 0,
             reply_late: 0,
+            commit_late: 0,
         }
     }
 }
@@ -328,6 +336,7 @@ impl Plan {
                 request_lost: 30,
                 reply_lost: 30,
                 reply_late: 20,
+                commit_late: 300,
             }
         } else {
             NetworkPlan {

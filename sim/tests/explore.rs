@@ -30,7 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 46 of 46"), "{text}");
+    assert!(text.contains("exercised: 48 of 48"), "{text}");
     // Effects that commit with the record: made, and never a second one but after the
     // retention (T1): none explained by a lease lost, a crash, a pause or a drop.
     assert!(summary.transactional_effects > 0, "{summary}");
@@ -96,6 +96,8 @@ fn faults_that_are_off_are_never_injected() {
         Exercised::TransactionCrashed,
         Exercised::TransactionPanicked,
         Exercised::TransactionDropped,
+        Exercised::CommitLate,
+        Exercised::CommitLandedAfterRead,
     ] {
         assert_eq!(
             summary.exercised.get(class),

@@ -217,3 +217,76 @@ fn a_crash_mid_transaction_commits_nothing_and_the_retry_writes_once() {
     assert!(!trace.contains("commits tx_1"), "{trace}");
     assert!(taken >= 1_000_000 + 1_000, "committed at {taken}");
 }
+
+/// c0 writes at 100 ms and pauses from 150 ms for 1.5 s: its 1 s lease runs out, and the
+/// renewal it sends on waking is refused, which sweeps its expired record. Its action ends
+/// at 2 s and its complete inserts the record again; that commit lands late, after the
+/// attempt gave the complete up and read the record. The read finds no record (the insert
+/// is not yet visible), which says nothing of the commit: the attempt answers
+/// `CommitUnknown`, and the commit then lands, one effect.
+fn swept_and_committed_late() -> Plan {
+    let paused = ActionPlan {
+        pause: Some((150, 1_500)),
+        ..ActionPlan {
+            effect_at: 100,
+            ..ActionPlan::charge(2_000)
+        }
+    };
+    let network = NetworkPlan {
+        commit_late: 1_000,
+        ..NetworkPlan::reliable(1)
+    };
+    plan(vec![client(0, None, vec![paused])], network)
+}
+
+#[test]
+fn a_read_that_finds_no_record_while_an_insert_commits_is_commit_unknown() {
+    let report = run_plan(&swept_and_committed_late(), Variant::Correct, 0, true);
+    let trace = report.trace.clone().unwrap();
+    assert!(
+        report.violations.is_empty(),
+        "{:?}\n{trace}",
+        report.violations
+    );
+    assert_eq!(answers(&report, 0), ["CommitUnknownError"], "{trace}");
+    assert_eq!(committed(&report), ["tx_1"], "{trace}");
+    assert_eq!(report.exercised.get(Exercised::CommitLate), 1, "{trace}");
+    assert_eq!(
+        report.exercised.get(Exercised::CommitLandedAfterRead),
+        1,
+        "{trace}"
+    );
+    // In that order: the insert applied, the read answered "none", the attempt's end, then
+    // the commit.
+    let line = |needle: &str| {
+        trace
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{trace}"))
+    };
+    let inserted = line("complete of w0, inserting its record");
+    let read = line("read of w0: Read(None)");
+    let ended = line("w0 done: CommitUnknown");
+    let landed = line("store commits tx_1 of w0 with its record");
+    assert!(inserted < read && read < ended && ended < landed, "{trace}");
+}
+
+#[test]
+fn a_driver_that_takes_no_record_for_a_rollback_is_caught() {
+    let report = run_plan(
+        &swept_and_committed_late(),
+        Variant::AbsentCommitRolledBack,
+        0,
+        true,
+    );
+    // The same run: the attempt is told its writes rolled back, and they commit.
+    assert_eq!(committed(&report), ["tx_1"]);
+    assert_eq!(answers(&report, 0), ["RolledBackError"]);
+    let caught: Vec<Rule> = report.violations.iter().map(|v| v.rule).collect();
+    assert_eq!(
+        caught,
+        [Rule::TransactionalEffectOnce],
+        "{:?}",
+        report.violations
+    );
+}

@@ -205,6 +205,20 @@ fn a_transaction_committed_without_the_owner_check_is_caught() {
 }
 
 #[test]
+fn a_driver_that_reads_an_absent_commit_as_rolled_back_is_caught() {
+    let summary = explore_variant(Variant::AbsentCommitRolledBack, 300);
+    // A commit whose reply was lost inserts its record, invisible to the read that follows;
+    // the broken driver takes "no record" for "rolled back", and then the commit lands.
+    assert!(
+        caught_by(&summary, Rule::TransactionalEffectOnce) > 0,
+        "{summary}"
+    );
+    // Nothing else is wrong: no effect twice, only a false "nothing happened".
+    assert_eq!(summary.by_rule.len(), 1, "{summary}");
+    assert_eq!(summary.transactional_lease_loss(), 0, "{summary}");
+}
+
+#[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);
     assert!(summary.failing_seeds.is_empty(), "{summary}");

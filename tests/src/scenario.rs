@@ -68,11 +68,14 @@ impl Scenario {
 
     /// Whether a scenario of this harness can show `variant`'s bug: not the variants that
     /// rewrite keys, whose bug needs keys longer than 250 characters or two operations, nor
-    /// the transactional store's, whose actions are not transactional here.
+    /// the transactional store's and driver's, whose actions are not transactional here.
     pub fn can_expose(variant: Variant) -> bool {
         !matches!(
             variant,
-            Variant::TruncatedKeys | Variant::IgnoresOperation | Variant::CommitWithoutOwnerCheck
+            Variant::TruncatedKeys
+                | Variant::IgnoresOperation
+                | Variant::CommitWithoutOwnerCheck
+                | Variant::AbsentCommitRolledBack
         )
     }
 
@@ -116,7 +119,8 @@ impl Scenario {
             | Variant::LateCompleteInTime
             | Variant::TruncatedKeys
             | Variant::IgnoresOperation
-            | Variant::CommitWithoutOwnerCheck => {}
+            | Variant::CommitWithoutOwnerCheck
+            | Variant::AbsentCommitRolledBack => {}
             Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
             Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {

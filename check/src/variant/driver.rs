@@ -1,6 +1,8 @@
 //! The driver variants: the store is the correct one, and the driver changes what it feeds
 //! the attempt machine, or sends on its own, at an abnormal end (MODEL.md, rule 11).
 
+use idem_core::{Fingerprint, OwnerToken, Record, Timestamp};
+
 use super::Variant;
 
 impl Variant {
@@ -8,7 +10,10 @@ impl Variant {
     pub fn is_driver(self) -> bool {
         matches!(
             self,
-            Variant::ReleaseOnAbandon | Variant::PanicReleases | Variant::CorruptFailsOpen
+            Variant::ReleaseOnAbandon
+                | Variant::PanicReleases
+                | Variant::CorruptFailsOpen
+                | Variant::AbsentCommitRolledBack
         )
     }
 
@@ -27,5 +32,29 @@ impl Variant {
     /// ([`Variant::CorruptFailsOpen`]).
     pub fn feeds_corrupt_as_store_error(self) -> bool {
         self == Variant::CorruptFailsOpen
+    }
+
+    /// What the driver feeds a transactional attempt `owner` whose read of the record after
+    /// a lost commit reply was answered `read`: the read itself, except under
+    /// [`Variant::AbsentCommitRolledBack`], which feeds a read that finds no record of
+    /// `owner`'s as `owner`'s own reservation (`fingerprint`, lasting until `now`), the one
+    /// answer after which the attempt concludes its writes rolled back.
+    pub fn fed_commit_read(
+        self,
+        read: Option<Record>,
+        owner: OwnerToken,
+        fingerprint: Fingerprint,
+        now: Timestamp,
+    ) -> Option<Record> {
+        let ours = read.as_ref().is_some_and(|record| record.owner() == owner);
+        if self == Variant::AbsentCommitRolledBack && !ours {
+            Some(Record::Pending {
+                owner,
+                fingerprint,
+                lease_until: now,
+            })
+        } else {
+            read
+        }
     }
 }

@@ -124,7 +124,8 @@ impl Variant {
                 | Variant::ReleaseOnAbandon
                 | Variant::PanicReleases
                 | Variant::CorruptFailsOpen
-                | Variant::CommitWithoutOwnerCheck,
+                | Variant::CommitWithoutOwnerCheck
+                | Variant::AbsentCommitRolledBack,
                 _,
             ) => return None,
         })

@@ -115,6 +115,13 @@ pub enum Variant {
     /// holder whose key was taken over (its complete refused, `NotOwner`) commits its writes
     /// too ([`Variant::commits`]; `T1`).
     CommitWithoutOwnerCheck,
+    /// BROKEN driver: a read after a lost commit reply that finds no record of the attempt's
+    /// own (none at all, or another owner's) is fed to the attempt as its own reservation
+    /// read back, so the attempt gives the key back and says `RolledBack`, as the attempt
+    /// machine once concluded by itself. A commit still in progress (an insert, invisible to
+    /// the read) then lands: `RolledBack` said of writes that committed (`T1`;
+    /// [`Variant::fed_commit_read`]).
+    AbsentCommitRolledBack,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -122,7 +129,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 21] = [
+    pub const ALL: [Variant; 22] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -144,6 +151,7 @@ impl Variant {
         Variant::PanicReleases,
         Variant::CorruptFailsOpen,
         Variant::CommitWithoutOwnerCheck,
+        Variant::AbsentCommitRolledBack,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -175,6 +183,7 @@ impl Variant {
             Variant::PanicReleases => "panic-releases",
             Variant::CorruptFailsOpen => "corrupt-fails-open",
             Variant::CommitWithoutOwnerCheck => "commit-without-owner-check",
+            Variant::AbsentCommitRolledBack => "absent-commit-rolled-back",
         }
     }
 }

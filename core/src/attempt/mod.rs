@@ -42,6 +42,7 @@ use crate::time::Timestamp;
 use crate::{Fingerprint, Key, Operation, OwnerToken};
 
 use backoff::SplitMix64;
+pub use lease::confirmed_lease;
 pub use outcome::{
     Abandonment, ActionResult, Execution, LeaseState, Outcome, Protection, ProtocolError,
     Recording, Step,
@@ -278,7 +279,7 @@ impl Attempt {
                     protection: Protection::Reserved,
                     result: None,
                     next_renew: granted_from.saturating_add(self.options.renew_every()),
-                    confirmed_until: granted_from.saturating_add(self.options.lease()),
+                    confirmed_until: self.confirmed_from(granted_from),
                     renew_failures: 0,
                 });
             }
@@ -304,9 +305,10 @@ impl Attempt {
             (CommandKind::Renew, Reply::Renewed(reservation))
                 if reservation.owner == self.owner =>
             {
+                let confirmed_until = self.confirmed_from(sent_at);
                 if let Phase::Acting(acting) = &mut self.phase {
                     acting.renew_failures = 0;
-                    acting.confirmed_until = sent_at.saturating_add(self.options.lease());
+                    acting.confirmed_until = confirmed_until;
                     acting.next_renew = sent_at.saturating_add(self.options.renew_every());
                 }
             }

@@ -103,17 +103,22 @@ pub enum Outcome {
     /// settled what it could.
     Abandoned(Abandonment),
     /// A transactional action ([`Attempt::in_transaction`](super::Attempt::in_transaction)):
-    /// its writes were rolled back together with its complete, because the record was no
-    /// longer this attempt's (its lease ran out, or another caller took the key over) or the
-    /// commit failed. Nothing happened; a retry runs the action again.
+    /// its writes were rolled back, definitely: its complete was refused inside the
+    /// transaction (its lease ran out and another caller took the key over), a read after
+    /// its commit's reply was lost found the key still this attempt's own reservation, or
+    /// the transaction went with a panic or a dropped action. Nothing happened; a retry runs
+    /// the action again. A commit whose fate is not known for certain is
+    /// [`Outcome::CommitUnknown`], never this.
     RolledBack {
         /// Whether nothing of this attempt's is left under the key (see
         /// [`Outcome::ActionFailed`]).
         released: bool,
     },
-    /// A transactional action whose commit's outcome could not be learned: its writes and
-    /// its record committed together, or neither did. Either way there is one effect at most:
-    /// a retry replays the result, or runs the action for the first time.
+    /// A transactional action whose commit's outcome could not be learned: its reply was
+    /// lost and the record could not be read, or the read found no record or another
+    /// owner's (a commit still in progress may land after such a read). Its writes and its
+    /// record committed together, or neither did. Either way there is one effect at most: a
+    /// retry replays the result, or runs the action for the first time.
     CommitUnknown,
 }
 

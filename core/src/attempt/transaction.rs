@@ -9,8 +9,11 @@
 //! - a complete is sent once, never retried outside the transaction: its reply decides
 //!   between [`Outcome::Executed`] (committed; no lease can have been lost to a second
 //!   effect) and [`Outcome::RolledBack`];
-//! - a complete whose reply is lost is followed by reads of the record, which say whether
-//!   the commit landed (the record completed by this owner) or not;
+//! - a complete whose reply is lost is followed by reads of the record: completed by this
+//!   owner, the commit landed ([`Outcome::Executed`]); still this attempt's own reservation,
+//!   it did not (the reservation is released, [`Outcome::RolledBack`]); anything else (no
+//!   record, or another owner's) proves nothing, since a commit still in progress may land
+//!   after the read ([`Outcome::CommitUnknown`]);
 //! - a panic, or an action dropped mid-run, takes its transaction with it, so nothing
 //!   happened and the key is released.
 
@@ -77,15 +80,22 @@ impl Attempt {
                 self.finish_complete(None);
             }
             Some(Record::Pending { owner, .. }) if *owner == self.owner => {
-                // Not committed, and the reservation is still ours: give it back.
+                // Not committed, and never will be: the reservation is still ours, so the
+                // complete was not applied (a store whose complete updates this record makes
+                // the read wait for a commit in progress on it, and one whose complete has
+                // not run by now never gets its transaction committed). Give it back.
                 self.phase = Phase::Releasing {
                     not_before: now,
                     retries: 0,
                     after: AfterRelease::RolledBack,
                 };
             }
-            // Not committed, and nothing of ours is left.
-            _ => self.phase = Phase::Finished(Outcome::RolledBack { released: true }),
+            // Absent, or another owner's record: nothing says our commit will not land
+            // still. A store's read need not wait for a commit in progress that inserts
+            // the record (on PostgreSQL, a row the sweeper had removed is inserted again,
+            // invisible until its transaction commits), so only a definite answer is
+            // reported as one (`T1`: `RolledBack` only if the writes never commit).
+            _ => self.phase = Phase::Finished(Outcome::CommitUnknown),
         }
     }
 }

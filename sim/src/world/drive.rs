@@ -86,6 +86,7 @@ impl World<'_> {
             charge: None,
             transactional: slot.transactional,
             written: None,
+            read_before_landing: false,
             outcome: None,
             last_view: None,
         });

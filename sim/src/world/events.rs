@@ -51,6 +51,13 @@ pub(super) enum Event {
     Notice {
         worker: u32,
     },
+    /// A transactional complete that inserted its record, applied by the store earlier,
+    /// commits now (MODEL.md, "Simulation": late commits).
+    CommitLands {
+        worker: u32,
+        cmd: u32,
+        command: Command,
+    },
 }
 
 /// What comes back to a caller for one command.

@@ -55,6 +55,9 @@ pub(crate) struct World<'p> {
     storage: Vec<usize>,
     /// For each storage slot, how many times its record was written.
     versions: Vec<u64>,
+    /// For each storage slot, while a transactional insert applied to it is committing:
+    /// when it lands, and whose it is. Reads meanwhile find no record; other commands wait.
+    committing: Vec<Option<(u64, usize)>>,
     workers: Vec<Worker>,
     clients: Vec<Client>,
     report: RunReport,
@@ -80,6 +83,7 @@ impl<'p> World<'p> {
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
             versions: vec![0; plan.slots.len()],
+            committing: vec![None; plan.slots.len()],
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
             report: RunReport {
@@ -255,6 +259,11 @@ impl<'p> World<'p> {
                 cmd,
                 command,
             } => self.store_receives(worker as usize, cmd, command),
+            Event::CommitLands {
+                worker,
+                cmd,
+                command,
+            } => self.commit_lands(worker as usize, cmd, command),
             Event::Effect { worker } => self.effect(worker as usize),
             Event::Crash { worker } => {
                 let w = &mut self.workers[worker as usize];

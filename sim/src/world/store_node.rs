@@ -60,6 +60,80 @@ impl World<'_> {
             }
             None => {}
         }
+        let stored = self.storage[self.workers[worker].slot];
+        if let Some((lands, committer)) = self.committing[stored] {
+            if command != Command::Read {
+                // A writer meets the uncommitted insert and waits for its transaction.
+                trace!(
+                    self,
+                    "#{cmd} {} of w{worker} waits for the commit in progress on its key",
+                    command.name()
+                );
+                self.at(
+                    lands,
+                    Event::Arrive {
+                        worker: worker as u32,
+                        cmd,
+                        command,
+                    },
+                );
+                return;
+            }
+            // A reader does not see the uncommitted insert: it finds no record.
+            if committer == worker {
+                self.workers[worker].read_before_landing = true;
+            }
+        } else if self.commits_late(worker, stored, &command) {
+            let timeout = self.workers[worker].attempt.options().reply_timeout();
+            let timeout = timeout.as_millis() as u64;
+            let lands = self.now + self.rng.between(2 * timeout, 10 * timeout);
+            self.committing[stored] = Some((lands, worker));
+            self.exercised(Exercised::CommitLate);
+            trace!(
+                self,
+                "store applies #{cmd} complete of w{worker}, inserting its record; the \
+                 commit lands at {lands}"
+            );
+            self.at(
+                lands,
+                Event::CommitLands {
+                    worker: worker as u32,
+                    cmd,
+                    command,
+                },
+            );
+            return;
+        }
+        self.apply_step(worker, cmd, command);
+    }
+
+    /// Whether this transactional complete inserts its record (the key holds none) and, as
+    /// the network plan draws, commits late.
+    fn commits_late(&mut self, worker: usize, stored: usize, command: &Command) -> bool {
+        let w = &self.workers[worker];
+        matches!(command, Command::Complete { .. })
+            && w.transactional
+            && w.written.is_some()
+            && !self.garbage[stored]
+            && self.records[stored].is_none()
+            && self.rng.chance(self.plan.network.commit_late)
+    }
+
+    /// A late commit lands: the complete the store applied earlier is decided and committed
+    /// now (nothing else could change the key meanwhile: writers waited, readers found no
+    /// record), and answered; its attempt gave it up long ago.
+    pub(super) fn commit_lands(&mut self, worker: usize, cmd: u32, command: Command) {
+        let stored = self.storage[self.workers[worker].slot];
+        self.committing[stored] = None;
+        if self.workers[worker].read_before_landing {
+            self.exercised(Exercised::CommitLandedAfterRead);
+        }
+        self.apply_step(worker, cmd, command);
+    }
+
+    /// Applies one command at the store's clock, writes the step down, commits or rolls
+    /// back a transactional complete with it, and replies.
+    fn apply_step(&mut self, worker: usize, cmd: u32, command: Command) {
         let slot = self.workers[worker].slot;
         let store_now = Timestamp::from_millis(self.store_now());
         let judged_at = if self.variant.judges_by_caller_clock() {

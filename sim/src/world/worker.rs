@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use idem_check::{ActionEnd, EventKind, Received};
-use idem_core::{ActionResult, Attempt, Body, Outcome, Timestamp};
+use idem_core::{ActionResult, Attempt, Body, Outcome, Reply, Timestamp};
 
 use super::World;
 use super::events::{Answer, Event};
@@ -53,6 +53,8 @@ pub(super) struct Worker {
     pub(super) transactional: bool,
     /// The id of the writes its transactional action made, uncommitted.
     pub(super) written: Option<String>,
+    /// It read the record while its own late commit was still to land (and found none).
+    pub(super) read_before_landing: bool,
     /// How the attempt ended.
     pub(super) outcome: Option<Outcome>,
     /// The last lease view written down: its end on the store's clock, and the version of
@@ -196,6 +198,25 @@ impl World<'_> {
         };
         self.note(worker, EventKind::Received(received));
         let fed = match answer {
+            Answer::Reply(Reply::Read(read)) => {
+                // Only a transactional attempt reads, to learn whether its commit landed.
+                let attempt = &self.workers[worker].attempt;
+                let fed = self.variant.fed_commit_read(
+                    read.clone(),
+                    attempt.owner(),
+                    attempt.fingerprint(),
+                    now,
+                );
+                if fed != read {
+                    trace!(
+                        self,
+                        "w{worker} takes a read without its record for its own reservation"
+                    );
+                }
+                self.workers[worker]
+                    .attempt
+                    .handle_reply(Reply::Read(fed), now)
+            }
             Answer::Reply(reply) => self.workers[worker].attempt.handle_reply(reply, now),
             Answer::Refused => self.workers[worker].attempt.handle_store_error(now),
             Answer::Corrupt => {
