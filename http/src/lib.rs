@@ -222,6 +222,7 @@ mod layer;
 pub mod problem;
 mod response;
 mod telemetry;
+mod transaction;
 
 #[cfg(feature = "axum")]
 mod extract;
@@ -236,6 +237,7 @@ pub use layer::{
 };
 pub use problem::{PROBLEM_JSON, Problem, ProblemType, RetryAfter};
 pub use response::ResponseBody;
+pub use transaction::{Tx, TxUnavailable};
 
 #[cfg(feature = "axum")]
 pub use extract::{HttpError, IdempotencyKey};
