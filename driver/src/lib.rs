@@ -150,4 +150,4 @@ pub use metrics::{MetricsSnapshot, ReplayCacheStats, StoreErrors};
 pub use operation::OperationHandle;
 pub use replay_cache::{ReplayCacheBuilder, ReplayCacheConfig, ReplayCacheError};
 pub use store::{BoxError, CommandTimeout, Store, StoreError};
-pub use transaction::Transaction;
+pub use transaction::{AnyTransaction, Transaction, TransactionalStore};

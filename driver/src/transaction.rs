@@ -6,7 +6,11 @@
 //! took over.
 //!
 //! A store crate provides the [`Transaction`] (idem-postgres: a `sqlx` transaction); the
-//! driver routes the attempt's complete into it instead of sending it to the store.
+//! driver routes the attempt's complete into it instead of sending it to the store. A store
+//! that can begin such a transaction itself implements [`TransactionalStore`], so that code
+//! generic over the store (idem-http's layer, which owns each request's transaction) can
+//! begin one without knowing the database; [`AnyTransaction`] carries a transaction whose
+//! type such code does not name.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation};
 
-use crate::store::StoreError;
+use crate::store::{BoxError, Store, StoreError};
 
 /// An open transaction of the store's database, holding the action's uncommitted writes.
 pub trait Transaction: Send + 'static {
@@ -32,6 +36,52 @@ pub trait Transaction: Send + 'static {
         key: Key,
         command: Command,
     ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'static;
+}
+
+/// A [`Store`] that can begin a [`Transaction`] of its own database, for a call whose action
+/// writes in that database and commits with the record (rule `T1`).
+///
+/// The transaction must be one the store's complete can join: on the store's database, at an
+/// isolation level its statements are written for (idem-postgres: READ COMMITTED). Its
+/// writes commit only through [`Transaction::complete`]; dropped without it, it rolls back.
+/// Where it is begun (the store's own connections, or a pool kept for actions) is the
+/// store's choice, made here and nowhere else.
+pub trait TransactionalStore: Store {
+    /// The transaction [`begin`](Self::begin) opens.
+    type Transaction: Transaction;
+
+    /// Begins a transaction for one call's action. An error means nothing was begun, and
+    /// nothing can have been written.
+    fn begin(&self) -> impl Future<Output = Result<Self::Transaction, BoxError>> + Send + '_;
+}
+
+/// A [`Transaction`] of any type, for code that hands a transaction on without naming its
+/// type (a layer generic over the store). Completing it completes the transaction inside;
+/// dropping it drops that one, which rolls back.
+pub struct AnyTransaction(Box<dyn DynTransaction>);
+
+impl AnyTransaction {
+    /// Wraps `transaction`.
+    pub fn new(transaction: impl Transaction) -> Self {
+        Self(Box::new(transaction))
+    }
+}
+
+impl std::fmt::Debug for AnyTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AnyTransaction")
+    }
+}
+
+impl Transaction for AnyTransaction {
+    fn complete(
+        self,
+        operation: Operation,
+        key: Key,
+        command: Command,
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'static {
+        self.0.complete_boxed(operation, key, command)
+    }
 }
 
 pub(crate) type Completing = Pin<Box<dyn Future<Output = Result<Reply, StoreError>> + Send>>;

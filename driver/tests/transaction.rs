@@ -11,7 +11,8 @@ use std::time::Duration;
 use common::{Fault, FlakyStore, ProviderTimeout, fingerprint};
 use idem::record::{Command, Reply};
 use idem::{
-    Coordinator, Error, Key, MemoryStore, Operation, Options, Store, StoreError, Transaction,
+    AnyTransaction, Coordinator, Error, Key, MemoryStore, Operation, Options, Store, StoreError,
+    Transaction, TransactionalStore,
 };
 use idem_core::record::CommandKind;
 
@@ -241,4 +242,81 @@ async fn an_unknown_ending_in_a_transaction_rolls_back_and_releases() {
     assert_eq!(*orders.0.lock().unwrap(), ["o-2"]);
     let metrics = coordinator.metrics();
     assert_eq!((metrics.action_failed, metrics.action_unknown), (1, 0));
+}
+
+/// A store that begins its own transactions: `MemoryStore`'s records, with the orders
+/// table beside them.
+struct Shop {
+    records: Arc<MemoryStore>,
+    orders: Arc<Orders>,
+}
+
+impl Store for Shop {
+    async fn apply(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        self.records.apply(operation, key, command).await
+    }
+}
+
+impl TransactionalStore for Shop {
+    type Transaction = Pending<MemoryStore>;
+
+    async fn begin(&self) -> Result<Pending<MemoryStore>, idem::BoxError> {
+        Ok(Pending {
+            orders: Arc::clone(&self.orders),
+            store: Arc::clone(&self.records),
+            rows: Vec::new(),
+        })
+    }
+}
+
+/// A transaction begun by the store, carried as an `AnyTransaction` (as by a layer generic
+/// over the store, which names neither): its rows commit with the record once, a failed
+/// one's roll back, and the retry replays without writing.
+#[tokio::test]
+async fn a_transaction_the_store_begins_commits_with_the_record_through_any_transaction() {
+    async fn order(
+        coordinator: &Coordinator<Shop>,
+        row: &'static str,
+        fail: bool,
+    ) -> Result<idem::Answer<String>, Error<ProviderTimeout>> {
+        let store = Arc::clone(coordinator.store());
+        let handle = coordinator
+            .operation::<String, ProviderTimeout>("order.create")
+            .unwrap();
+        handle
+            .execute_in_transaction("k", fingerprint("o", 1), move |_claim| async move {
+                let mut transaction = store.begin().await.map_err(|_| ProviderTimeout)?;
+                transaction.rows.push(row.to_owned());
+                let transaction = AnyTransaction::new(transaction);
+                if fail {
+                    // Dropped: its row goes with it.
+                    return Err(ProviderTimeout);
+                }
+                Ok((row.to_owned(), transaction))
+            })
+            .await
+    }
+    let orders = Arc::new(Orders::default());
+    let shop = Shop {
+        records: Arc::new(MemoryStore::new()),
+        orders: Arc::clone(&orders),
+    };
+    let coordinator = Coordinator::new(shop, options());
+    let failed = order(&coordinator, "o-0", true).await;
+    assert!(matches!(failed, Err(Error::Action(ProviderTimeout))));
+    assert!(orders.0.lock().unwrap().is_empty());
+    let first = order(&coordinator, "o-1", false).await.unwrap();
+    assert!(matches!(
+        first.provenance,
+        idem::Provenance::Executed { .. }
+    ));
+    let retry = order(&coordinator, "o-2", false).await.unwrap();
+    assert_eq!(retry.value, "o-1");
+    assert_eq!(retry.provenance, idem::Provenance::Replayed);
+    assert_eq!(*orders.0.lock().unwrap(), ["o-1"]);
 }

@@ -233,6 +233,7 @@ mod layer;
 pub mod problem;
 mod response;
 mod telemetry;
+mod transaction;
 
 #[cfg(feature = "axum")]
 mod extract;
@@ -247,6 +248,7 @@ pub use layer::{
 };
 pub use problem::{PROBLEM_JSON, Problem, ProblemType, RetryAfter};
 pub use response::ResponseBody;
+pub use transaction::{Tx, TxUnavailable};
 
 #[cfg(feature = "axum")]
 pub use extract::{HttpError, IdempotencyKey};

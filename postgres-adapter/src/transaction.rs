@@ -13,11 +13,15 @@
 //! panicking action's transaction is rolled back and the key given back.
 
 use std::future::Future;
+use std::ops::{Deref, DerefMut};
 
-use idem::{Answer, Claim, Codec, Error, OperationHandle, StoreError, Transaction};
+use idem::{
+    Answer, BoxError, Claim, Codec, Error, OperationHandle, StoreError, Transaction,
+    TransactionalStore,
+};
 use idem_core::record::{Command, Reply, commits};
 use idem_core::{Fingerprint, Key, Operation};
-use sqlx::Postgres;
+use sqlx::{PgConnection, Postgres};
 
 use crate::error::{CommandTimeout, failed};
 use crate::store::PostgresStore;
@@ -33,9 +37,27 @@ pub const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 /// An action's open transaction, with the store whose record completes inside it: the
 /// [`Transaction`] the driver routes the attempt's complete into.
 ///
-/// [`in_transaction`] makes one; make one yourself with [`PostgresStore::transaction`]
-/// for [`OperationHandle::execute_in_transaction`] when the transaction is begun
-/// elsewhere. It must be a transaction on the store's own database, at READ COMMITTED.
+/// [`PostgresStore::begin`] begins one (as [`in_transaction`] and idem-http's layer do);
+/// wrap one begun elsewhere with [`PostgresStore::transaction`] for
+/// [`OperationHandle::execute_in_transaction`]. It must be a transaction on the store's own
+/// database, at READ COMMITTED.
+///
+/// It dereferences to the connection of its transaction, so it is a `sqlx` executor as it
+/// is: `&mut *tx` where you hold it, `&mut **tx` through a guard that dereferences to it
+/// (idem-http's `Tx` extractor). Its writes commit only with the record; it has no
+/// `commit` of its own, and dropped it rolls back.
+///
+/// ```no_run
+/// # async fn demo(store: idem_postgres::PostgresStore) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tx = store.begin().await?;
+/// let id: i64 = sqlx::query_scalar("INSERT INTO orders (cart) VALUES ($1) RETURNING id")
+///     .bind("c-1")
+///     .fetch_one(&mut *tx)
+///     .await?;
+/// # let _ = id;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct RecordTransaction {
     store: PostgresStore,
@@ -51,6 +73,25 @@ impl PostgresStore {
             transaction,
         }
     }
+
+    /// Begins a transaction for an action's writes ([`BEGIN`]: READ COMMITTED), which the
+    /// record's complete will join. This is where every action's transaction is begun
+    /// ([`in_transaction`], and [`TransactionalStore::begin`] for code generic over the
+    /// store): on the store's pool, so an action's transaction holds one of the
+    /// store's connections until it ends.
+    pub async fn begin(&self) -> Result<RecordTransaction, sqlx::Error> {
+        let transaction = self.pool().begin_with(BEGIN).await?;
+        Ok(self.transaction(transaction))
+    }
+}
+
+impl TransactionalStore for PostgresStore {
+    type Transaction = RecordTransaction;
+
+    /// [`PostgresStore::begin`], its error boxed.
+    async fn begin(&self) -> Result<RecordTransaction, BoxError> {
+        Ok(PostgresStore::begin(self).await?)
+    }
 }
 
 impl RecordTransaction {
@@ -62,6 +103,20 @@ impl RecordTransaction {
     /// The transaction itself, taken out: it no longer carries the record.
     pub fn into_inner(self) -> PgTransaction {
         self.transaction
+    }
+}
+
+impl Deref for RecordTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.transaction
+    }
+}
+
+impl DerefMut for RecordTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.transaction
     }
 }
 
@@ -187,7 +242,7 @@ where
     let store = PostgresStore::clone(operation.coordinator().store());
     operation
         .execute_in_transaction(key, fingerprint, move |claim| async move {
-            let transaction = store.pool().begin_with(BEGIN).await?;
+            let transaction = store.begin().await?.into_inner();
             let (value, transaction) = action(claim, transaction).await?;
             Ok((value, store.transaction(transaction)))
         })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem::{
     Coordinator, Error, Fingerprint, Key, Operation, Options, Provenance, Store, StoreError,
-    Transaction,
+    Transaction, TransactionalStore,
 };
 use idem_core::record::{Command, Record, Reply};
 use idem_postgres::{
@@ -273,6 +273,63 @@ async fn a_failure_or_a_panic_rolls_back_and_the_retry_writes_once() {
     .await;
     assert_eq!(made.unwrap(), "third");
     assert_eq!(orders(store.pool()).await, ["third"]);
+}
+
+/// The transaction the store begins (as code generic over the store begins it, through
+/// `TransactionalStore`) is READ COMMITTED, takes writes through `&mut *tx` as a `sqlx`
+/// executor, and commits them with the record only: a failed action's writes roll back,
+/// and the retry after a commit replays without writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_the_store_begins_commits_its_writes_with_the_record_only() {
+    async fn order<S: TransactionalStore<Transaction = RecordTransaction>>(
+        handle: &idem::OperationHandle<S, i64, sqlx::Error>,
+        store: S,
+        made_by: &'static str,
+        fail: bool,
+    ) -> Result<idem::Answer<i64>, Error<sqlx::Error>> {
+        handle
+            .execute_in_transaction("k", fingerprint(), move |_claim| async move {
+                let mut tx = store
+                    .begin()
+                    .await
+                    .map_err(|error| sqlx::Error::Protocol(error.to_string()))?;
+                let level: String = sqlx::query_scalar("SHOW transaction_isolation")
+                    .fetch_one(&mut *tx)
+                    .await?;
+                assert_eq!(level, "read committed");
+                let id = insert_order(&mut tx, made_by).await?;
+                if fail {
+                    return Err(sqlx::Error::Protocol("the provider said no".into()));
+                }
+                Ok((id, tx))
+            })
+            .await
+    }
+    let db = TestDb::create().await;
+    let store = db.store(4).await;
+    create_orders(store.pool()).await;
+    // A server whose default is stricter: the store's transactions are still READ COMMITTED.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'serializable'",
+        db.name
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let store = db.store(4).await;
+    let coordinator = Coordinator::new(store.clone(), Options::default());
+    let handle = coordinator
+        .operation::<i64, sqlx::Error>("order.create")
+        .unwrap();
+    let failed = order(&handle, store.clone(), "failed", true).await;
+    assert!(matches!(failed, Err(Error::Action(_))), "{failed:?}");
+    assert!(orders(store.pool()).await.is_empty(), "rolled back");
+    let made = order(&handle, store.clone(), "made", false).await.unwrap();
+    assert!(matches!(made.provenance, Provenance::Executed { .. }));
+    let retry = order(&handle, store.clone(), "retry", false).await.unwrap();
+    assert_eq!(retry.provenance, Provenance::Replayed);
+    assert_eq!(retry.value, made.value);
+    assert_eq!(orders(store.pool()).await, ["made"]);
 }
 
 /// A lease that ran out while nobody took the key still commits: the late complete records

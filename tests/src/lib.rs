@@ -18,11 +18,16 @@
 //!   paths it claims to check.
 //! - [`model_check`]: a scenario under loom (every schedule up to a preemption bound) or
 //!   shuttle (random and PCT schedules, replayable), with the counterexample handed back.
+//!
+//! And, with the `postgres` feature, `postgres`: the PostgreSQL harness the store's and the
+//! HTTP layer's tests share (a database per test, a private server to stop and start).
 
 pub mod caller;
 pub mod coverage;
 pub mod model_check;
 pub mod platform;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod scenario;
 pub mod world;
 

@@ -9,16 +9,17 @@ use http::Method;
 use http::header::HeaderName;
 use http::request::Parts;
 use http::response;
-use idem::{Coordinator, Fingerprint, Operation, Store};
+use idem::{Coordinator, Fingerprint, Operation, Store, TransactionalStore};
 
 use super::{
-    Config, ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, DispositionFn,
+    BeginFn, Config, ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, DispositionFn,
     Fingerprinting, IDEMPOTENT_REPLAYED, IdempotencyLayer, NEVER_STORED, Naming, TenantFn,
 };
 use crate::disposition::Disposition;
 use crate::header::BareToken;
 use crate::problem::RetryAfter;
 use crate::response::ResponseCodec;
+use crate::transaction::{Loan, Slot};
 
 /// Builds an [`IdempotencyLayer`]; see [`IdempotencyLayer::builder`] for the defaults.
 pub struct IdempotencyLayerBuilder<S> {
@@ -33,6 +34,7 @@ pub struct IdempotencyLayerBuilder<S> {
     stored_headers: Vec<HeaderName>,
     replay_header: HeaderName,
     disposition: Arc<DispositionFn>,
+    begin: Option<Arc<BeginFn>>,
 }
 
 impl<S> fmt::Debug for IdempotencyLayerBuilder<S> {
@@ -59,6 +61,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
             stored_headers: DEFAULT_STORED_HEADERS.to_vec(),
             replay_header: IDEMPOTENT_REPLAYED,
             disposition: Arc::new(Disposition::by_default),
+            begin: None,
         }
     }
 
@@ -182,6 +185,9 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
 
     /// The layer, or the first setting refused.
     pub fn build(self) -> Result<IdempotencyLayer<S>, ConfigError> {
+        if self.begin.is_some() && !self.key_required {
+            return Err(ConfigError::TransactionWithoutKey);
+        }
         for name in &self.stored_headers {
             if NEVER_STORED.contains(name) {
                 return Err(ConfigError::HeaderNeverStored(name.clone()));
@@ -230,6 +236,39 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
             replay_header: self.replay_header,
             disposition: self.disposition,
             retry,
+            begin: self.begin,
         }
+    }
+}
+
+impl<S: TransactionalStore> IdempotencyLayerBuilder<S> {
+    /// The layer owns each covered request's transaction, on a store that can begin one
+    /// (idem-postgres's `PostgresStore`): once the key is reserved, the layer begins a
+    /// transaction ([`TransactionalStore::begin`]) and lends it to the handler, which takes
+    /// it with the [`Tx`](crate::Tx) extractor and makes its writes on it; the layer then
+    /// commits those writes together with the record of the response (MODEL.md, rule
+    /// `T1`), so one scope, one key and one fingerprint (the layer's) stand for both, and
+    /// every retry is answered the recorded response.
+    ///
+    /// A response the layer would not record ([`Disposition::Release`] or
+    /// [`Disposition::Unknown`]), a failure without a response or a panic rolls the writes
+    /// back and releases the key: nothing was committed, so nothing happened, and a retry
+    /// runs the handler again. A commit refused because the key was taken over meanwhile
+    /// answers 503-class `RolledBack`, one whose outcome could not be learned
+    /// `CommitUnknown`: both retryable, neither a second effect.
+    ///
+    /// The key is then required ([`build`](Self::build) refuses
+    /// [`require_key(false)`](Self::require_key)): a transaction commits only with a record.
+    #[must_use]
+    pub fn in_transaction(mut self) -> Self {
+        let store = Arc::clone(self.coordinator.store());
+        self.begin = Some(Arc::new(move || {
+            let store = Arc::clone(&store);
+            Box::pin(async move {
+                let transaction = store.begin().await?;
+                Ok(Box::new(Slot::new(transaction)) as Box<dyn Loan>)
+            })
+        }));
+        self
     }
 }

@@ -11,6 +11,8 @@ mod request;
 mod service;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,7 +20,7 @@ use http::Method;
 use http::header::{self, HeaderName};
 use http::request::Parts;
 use http_body_util::{Either, Full};
-use idem::{Coordinator, Fingerprint, Operation, OperationError, Store};
+use idem::{BoxError, Coordinator, Fingerprint, Operation, OperationError, Store};
 use thiserror::Error;
 use tower::Layer;
 
@@ -26,6 +28,7 @@ use crate::disposition::Disposition;
 use crate::header::BareToken;
 use crate::problem::RetryAfter;
 use crate::response::ResponseCodec;
+use crate::transaction::Loan;
 
 pub use builder::IdempotencyLayerBuilder;
 pub use service::Idempotency;
@@ -81,6 +84,9 @@ type TenantFn =
     dyn Fn(&Parts, &Operation) -> Option<Result<Operation, OperationError>> + Send + Sync;
 type FingerprintFn = dyn Fn(&Parts, &Bytes) -> Result<Fingerprint, String> + Send + Sync;
 type DispositionFn = dyn Fn(&http::response::Parts) -> Disposition + Send + Sync;
+/// Begins a request's transaction, for a layer that owns it.
+type BeginFn =
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn Loan>, BoxError>> + Send>> + Send + Sync;
 
 /// How a request's fingerprint is made.
 #[derive(Clone)]
@@ -119,6 +125,10 @@ pub enum ConfigError {
     /// The replay header would be stored with the response.
     #[error("the replay header {0} cannot also be a stored header")]
     ReplayHeaderStored(HeaderName),
+    /// The layer owns the request's transaction, but a request may come without a key:
+    /// a transaction commits only with a record, so every covered request must have one.
+    #[error("a layer that owns the request's transaction requires the key")]
+    TransactionWithoutKey,
 }
 
 /// The configuration shared by a layer and the services it makes.
@@ -135,6 +145,8 @@ struct Config<S> {
     replay_header: HeaderName,
     disposition: Arc<DispositionFn>,
     retry: RetryAfter,
+    /// Set when the layer owns each covered request's transaction.
+    begin: Option<Arc<BeginFn>>,
 }
 
 /// A tower [`Layer`] that makes the requests it covers safe to retry under an
@@ -188,6 +200,7 @@ impl<S> fmt::Debug for Config<S> {
             .field("codec", &self.codec)
             .field("replay_header", &self.replay_header)
             .field("retry_after", &self.retry)
+            .field("in_transaction", &self.begin.is_some())
             .finish_non_exhaustive()
     }
 }

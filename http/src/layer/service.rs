@@ -19,7 +19,7 @@ use http_body_util::{Either, Full};
 use idem::{Answer, BoxError, Ending, Error, InFlightPolicy, Key, Provenance, Store};
 use tower::Service;
 
-use super::{Config, RequestBody};
+use super::{Config, DispositionFn, RequestBody};
 use crate::disposition::Disposition;
 use crate::header::{KeyHeaderError, key_from_headers};
 use crate::problem::{Problem, ProblemType};
@@ -58,9 +58,42 @@ enum Failure<B, E> {
     Unrecorded(Response<B>),
     /// The service failed without a response.
     Service(E),
+    /// The request's transaction could not be begun: the handler never ran.
+    Begin(BoxError),
+    /// The handler kept the request's transaction past its response: nothing committed.
+    TransactionKept,
+}
+
+/// Calls the handler (the inner service, made ready) and turns its response into the
+/// call's ending by its [`Disposition`]; a recorded response is read up to `limit`.
+async fn respond<B, E>(
+    call: impl Future<Output = Result<Response<B>, E>>,
+    disposition: &DispositionFn,
+    limit: usize,
+) -> Ending<Captured<B>, Failure<B, E>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let response = match call.await {
+        Ok(response) => response,
+        // No response: the handler may have been cut off mid-effect.
+        Err(error) => return Ending::Unknown(Failure::Service(error)),
+    };
+    let (parts, body) = response.into_parts();
+    let verdict = disposition(&parts);
+    let response = Response::from_parts(parts, body);
+    match verdict {
+        Disposition::Record => Ending::Succeeded(capture(response, limit).await),
+        Disposition::Release => Ending::Failed(Failure::Unrecorded(response)),
+        Disposition::Unknown => Ending::Unknown(Failure::Unrecorded(response)),
+    }
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a call through idem answers.
+type CallAnswer<B, E> = Result<Answer<Captured<B>>, Error<Failure<B, E>>>;
 
 impl<S, Svc, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S, Svc>
 where
@@ -157,28 +190,78 @@ impl<S: Store> Config<S> {
         let limit = self.coordinator.options().max_body_bytes();
         // Detached: the handler runs on a task of its own, to its end, and is recorded even
         // if this future is dropped (the client hung up, a timeout outside the layer fired).
-        let call =
-            handle.execute_with_ending(key.as_str(), fingerprint, move |_claim| async move {
-                // Not ready is a failure before the request was handed over: nothing ran.
-                if let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
-                    return Ending::Failed(Failure::Service(error));
+        let call: Pin<Box<dyn Future<Output = CallAnswer<ResB, Svc::Error>> + Send + '_>> =
+            match &self.begin {
+                None => Box::pin(handle.execute_with_ending(
+                    key.as_str(),
+                    fingerprint,
+                    move |_claim| async move {
+                        // Not ready is a failure before the request was handed over: nothing ran.
+                        if let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
+                            return Ending::Failed(Failure::Service(error));
+                        }
+                        respond(inner.call(request), &*disposition, limit).await
+                    },
+                )),
+                Some(begin) => {
+                    let (begin, route, logged) =
+                        (Arc::clone(begin), route.to_string(), key.clone());
+                    Box::pin(handle.execute_in_transaction_with_ending(
+                        key.as_str(),
+                        fingerprint,
+                        move |_claim| async move {
+                            if let Err(error) =
+                                std::future::poll_fn(|cx| inner.poll_ready(cx)).await
+                            {
+                                return Ending::Failed(Failure::Service(error));
+                            }
+                            let mut request = request;
+                            let loan = match begin().await {
+                                Ok(loan) => loan,
+                                Err(error) => return Ending::Failed(Failure::Begin(error)),
+                            };
+                            loan.lend(request.extensions_mut());
+                            let ending = respond(inner.call(request), &*disposition, limit).await;
+                            // The response is read: the transaction must be back in its slot.
+                            let transaction = loan.take_back();
+                            match (ending, transaction) {
+                                (Ending::Succeeded(captured), Some(transaction)) => {
+                                    Ending::Succeeded((captured, transaction))
+                                }
+                                (Ending::Succeeded(_), None) => {
+                                    tracing::error!(
+                                        %route,
+                                        key = %logged,
+                                        "the handler kept the request's transaction past its \
+                                         response (moved into a task?): nothing is committed, \
+                                         the key is released, and the transaction rolls back \
+                                         when its holder drops it"
+                                    );
+                                    Ending::Failed(Failure::TransactionKept)
+                                }
+                                // Dropped with the ending: the writes roll back, the key is
+                                // released (a transactional `Unknown` is released too).
+                                (Ending::Failed(failure), _) => Ending::Failed(failure),
+                                (Ending::Unknown(failure), _) => Ending::Unknown(failure),
+                            }
+                        },
+                    ))
                 }
-                let response = match inner.call(request).await {
-                    Ok(response) => response,
-                    // No response: the handler may have been cut off mid-effect.
-                    Err(error) => return Ending::Unknown(Failure::Service(error)),
-                };
-                let (parts, body) = response.into_parts();
-                let verdict = disposition(&parts);
-                let response = Response::from_parts(parts, body);
-                match verdict {
-                    Disposition::Record => Ending::Succeeded(capture(response, limit).await),
-                    Disposition::Release => Ending::Failed(Failure::Unrecorded(response)),
-                    Disposition::Unknown => Ending::Unknown(Failure::Unrecorded(response)),
-                }
-            });
+            };
         let answer = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(answer) => answer,
+            Err(_) if self.begin.is_some() => {
+                // In the layer's transaction a panic takes the writes with it: nothing was
+                // committed, and the key was released (T1).
+                tracing::error!(%route, %key, "the handler panicked; its writes were rolled back and the key released");
+                route.count(Event::Released);
+                let problem = Problem::new(
+                    ProblemType::Internal,
+                    "The request ended abnormally; nothing of it was committed, so a retry \
+                     with the same key processes it again.",
+                );
+                return Ok(self.refuse(&route, &problem));
+            }
             // The handler panicked: the record says "outcome unknown" (rule 11), and this
             // caller is told so too, instead of a connection dropped mid-response.
             Err(_) => {
@@ -247,8 +330,31 @@ impl<S: Store> Config<S> {
             }
             Err(Error::Action(Failure::Service(error))) => {
                 route.count(Event::Released);
-                tracing::debug!(%route, %key, "the inner service was not ready: released");
+                tracing::debug!(%route, %key, "the inner service failed before anything was recorded: released");
                 Err(error)
+            }
+            Err(
+                Error::Action(Failure::Begin(error)) | Error::ActionUnknown(Failure::Begin(error)),
+            ) => {
+                tracing::warn!(%route, %key, %error, "the request's transaction could not be begun: released, nothing ran");
+                let problem = Problem::new(
+                    ProblemType::StoreUnavailable,
+                    "The database could not begin the request's transaction, so the request was \
+                     not processed; retry later with the same key.",
+                )
+                .with_retry_after(self.retry.unavailable);
+                Ok(self.refuse(route, &problem))
+            }
+            Err(
+                Error::Action(Failure::TransactionKept)
+                | Error::ActionUnknown(Failure::TransactionKept),
+            ) => {
+                let problem = Problem::new(
+                    ProblemType::Internal,
+                    "The handler kept the request's transaction past its response, so nothing \
+                     was committed; a retry with the same key processes the request again.",
+                );
+                Ok(self.refuse(route, &problem))
             }
             Err(Error::ActionUnknown(Failure::Unrecorded(response))) => {
                 route.count(Event::Unknown);

@@ -108,7 +108,7 @@ impl PostgresStore {
     }
 
     /// The pool the store's statements run on; a transactional action's transaction is
-    /// begun on it too ([`in_transaction`](crate::in_transaction)).
+    /// begun on it too ([`PostgresStore::begin`]).
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }
