@@ -3,7 +3,7 @@
 //!
 //! [`in_transaction`] reserves the key as any call does (the reserve commits on its own, so
 //! an identical request that arrives meanwhile waits or is told 409), then begins a
-//! transaction on the store's pool and hands it to the action. The action makes its writes
+//! transaction on the store's transaction pool and hands it to the action. The action makes its writes
 //! in it and hands it back uncommitted with its value. The attempt's complete then runs
 //! inside that transaction ([`RecordTransaction`]): it locks the record's row, checks on
 //! the server's clock that the record is still this call's reservation, and the
@@ -77,10 +77,11 @@ impl PostgresStore {
     /// Begins a transaction for an action's writes ([`BEGIN`]: READ COMMITTED), which the
     /// record's complete will join. This is where every action's transaction is begun
     /// ([`in_transaction`], and [`TransactionalStore::begin`] for code generic over the
-    /// store): on the store's pool, so an action's transaction holds one of the
-    /// store's connections until it ends.
+    /// store): on the [transaction pool](PostgresStore::transaction_pool), so an action's
+    /// transaction, held until the action ends, never takes a connection the store's own
+    /// statements need (the renewals of its lease among them).
     pub async fn begin(&self) -> Result<RecordTransaction, sqlx::Error> {
-        let transaction = self.pool().begin_with(BEGIN).await?;
+        let transaction = self.transaction_pool().begin_with(BEGIN).await?;
         Ok(self.transaction(transaction))
     }
 }
@@ -172,7 +173,7 @@ impl Transaction for RecordTransaction {
 /// committed together with the record of its result, or not at all.
 ///
 /// The key is reserved first (committed on its own). The action then receives its
-/// [`Claim`] and a transaction begun on the store's pool ([`BEGIN`]), makes its writes in
+/// [`Claim`] and a transaction begun on the store's transaction pool ([`BEGIN`]), makes its writes in
 /// it, and returns its value with the transaction, uncommitted. The record's complete runs
 /// in that transaction, which commits only if the record is still this call's. A replay
 /// returns the stored value without running `action`. An action that fails, or panics,
@@ -180,11 +181,12 @@ impl Transaction for RecordTransaction {
 /// after its lease ran out commits nothing and ends [`Error::RolledBack`]. A transaction
 /// that cannot be begun is the action's failure (`E::from`).
 ///
-/// The transaction runs on the store's pool, with that pool's settings: a store made by
-/// [`PostgresStoreBuilder::connect`](crate::PostgresStoreBuilder::connect) gives its
-/// connections a `statement_timeout` (the command timeout by default), so build the store
-/// on your own pool ([`PostgresStoreBuilder::build`](crate::PostgresStoreBuilder::build))
-/// when the action's statements need longer.
+/// The transaction runs on the store's [transaction pool](PostgresStore::transaction_pool),
+/// apart from the pool of the store's own statements, so that actions holding their
+/// transactions never starve their leases' renewals; its connections keep the server's
+/// `statement_timeout`. How many run at once is bounded by that pool
+/// ([`PostgresStoreBuilder::transaction_connections`](crate::PostgresStoreBuilder::transaction_connections),
+/// which says how to size both).
 ///
 /// ```no_run
 /// # async fn demo(url: &str) -> Result<(), Box<dyn std::error::Error>> {

@@ -20,6 +20,8 @@ pub struct PostgresStoreBuilder {
     command_timeout: Duration,
     statement_timeout: Option<Duration>,
     max_connections: u32,
+    transaction_connections: u32,
+    transaction_pool: Option<PgPool>,
     connect_timeout: Duration,
     read_first: bool,
 }
@@ -31,6 +33,8 @@ impl Default for PostgresStoreBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             statement_timeout: None,
             max_connections: 16,
+            transaction_connections: 16,
+            transaction_pool: None,
             connect_timeout: Duration::from_secs(1),
             read_first: true,
         }
@@ -66,10 +70,41 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// The most connections a pool this builder opens holds (default 16).
+    /// The most connections the pool of the store's own statements holds (default 16),
+    /// when this builder opens it: reserves, renewals, completes outside a transaction,
+    /// releases, reads and the sweep, each holding a connection for one statement.
     #[must_use]
     pub fn max_connections(mut self, connections: u32) -> Self {
         self.max_connections = connections.max(1);
+        self
+    }
+
+    /// The most connections the pool of actions' transactions holds (default 16), when this
+    /// builder opens it ([`connect`](Self::connect), [`connect_lazy`](Self::connect_lazy)).
+    ///
+    /// A transactional action ([`in_transaction`](crate::in_transaction), the HTTP layer's
+    /// transaction) holds one connection for its whole run. On a pool of its own it can
+    /// never take the connections the store's own statements need: the renewals that keep
+    /// its lease, and every other call's reserve. **Sizing:** this pool bounds how many
+    /// transactional actions run at once (one more waits for a connection, up to the
+    /// connect timeout, and fails as its action's error, before anything ran); the
+    /// statements' pool needs a connection per statement in flight, a few per busy process;
+    /// the two together must fit the server's `max_connections` across every process. Its
+    /// connections carry no `statement_timeout` of the store's: the action's own SQL keeps
+    /// the server's setting.
+    #[must_use]
+    pub fn transaction_connections(mut self, connections: u32) -> Self {
+        self.transaction_connections = connections.max(1);
+        self
+    }
+
+    /// The pool actions' transactions are begun on, given by the service (default: one
+    /// this builder opens, or with [`build`](Self::build) the statements' pool itself). Give
+    /// one whenever the store is built on a pool of the service's: a transaction on the
+    /// statements' pool holds a connection the lease's renewals may need.
+    #[must_use]
+    pub fn transaction_pool(mut self, pool: PgPool) -> Self {
+        self.transaction_pool = Some(pool);
         self
     }
 
@@ -94,13 +129,24 @@ impl PostgresStoreBuilder {
     }
 
     /// A store on `pool`, whose connections keep their own settings. The table must exist
-    /// ([`PostgresStore::migrate`]).
+    /// ([`PostgresStore::migrate`]). Actions' transactions are begun on the
+    /// [`transaction_pool`](Self::transaction_pool) if one was given, else on `pool` too:
+    /// then size `pool` for both (see [`transaction_connections`](Self::transaction_connections)).
     pub fn build(self, pool: PgPool) -> PostgresStore {
+        let transactions = self
+            .transaction_pool
+            .clone()
+            .unwrap_or_else(|| pool.clone());
+        self.build_on(pool, transactions)
+    }
+
+    fn build_on(self, pool: PgPool, transactions: PgPool) -> PostgresStore {
         PostgresStore {
             inner: Arc::new(Inner {
                 sql: Statements::new(&self.table),
                 table: self.table,
                 pool,
+                transactions,
                 command_timeout: self.command_timeout,
                 read_first: self.read_first,
                 counters: Counters::default(),
@@ -111,12 +157,16 @@ impl PostgresStoreBuilder {
     /// Connects to the database at `url` (`postgres://user@host:port/db`), opening one
     /// connection now, so that a wrong URL or an unreachable server shows at start-up.
     pub async fn connect(self, url: &str) -> Result<PostgresStore, PostgresError> {
-        let (options, pool) = self.pool_options(url)?;
+        let (options, pool, transactions) = self.pool_options(url)?;
         let pool = pool
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(PostgresError::Database)?;
-        Ok(self.build(pool))
+        let transactions = match self.transaction_pool.clone() {
+            Some(given) => given,
+            None => transactions.connect_lazy_with(without_statement_timeout(options)),
+        };
+        Ok(self.build_on(pool, transactions))
     }
 
     /// As [`connect`](Self::connect), but connects on the first command, so that a service
@@ -124,12 +174,20 @@ impl PostgresStoreBuilder {
     /// configured, and succeed once the server is up. Only a malformed URL is refused.
     /// Must be called inside a tokio runtime.
     pub fn connect_lazy(self, url: &str) -> Result<PostgresStore, PostgresError> {
-        let (options, pool) = self.pool_options(url)?;
+        let (options, pool, transactions) = self.pool_options(url)?;
+        let transactions = match self.transaction_pool.clone() {
+            Some(given) => given,
+            None => transactions.connect_lazy_with(without_statement_timeout(options.clone())),
+        };
         let pool = pool.connect_lazy_with(options);
-        Ok(self.build(pool))
+        Ok(self.build_on(pool, transactions))
     }
 
-    fn pool_options(&self, url: &str) -> Result<(PgConnectOptions, PgPoolOptions), PostgresError> {
+    /// The statements' connection options, and the two pools' settings.
+    fn pool_options(
+        &self,
+        url: &str,
+    ) -> Result<(PgConnectOptions, PgPoolOptions, PgPoolOptions), PostgresError> {
         let timeout = self.statement_timeout.unwrap_or(self.command_timeout);
         let options = PgConnectOptions::from_str(url)
             .map_err(PostgresError::Config)?
@@ -137,6 +195,15 @@ impl PostgresStoreBuilder {
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout);
-        Ok((options, pool))
+        let transactions = PgPoolOptions::new()
+            .max_connections(self.transaction_connections)
+            .acquire_timeout(self.connect_timeout);
+        Ok((options, pool, transactions))
     }
+}
+
+/// The connection options for actions' transactions: the statements' own, but for the
+/// store's `statement_timeout`, which is for the store's statements and not the action's.
+fn without_statement_timeout(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("statement_timeout", "0")])
 }

@@ -72,6 +72,9 @@ struct Counters {
 
 struct Inner {
     pool: PgPool,
+    /// Where actions' transactions are begun: a pool of their own unless the service
+    /// built the store on one pool (see `PostgresStoreBuilder::transaction_connections`).
+    transactions: PgPool,
     table: TableName,
     sql: Statements,
     command_timeout: Duration,
@@ -107,10 +110,16 @@ impl PostgresStore {
         Self::builder().connect(url).await
     }
 
-    /// The pool the store's statements run on; a transactional action's transaction is
-    /// begun on it too ([`PostgresStore::begin`]).
+    /// The pool the store's statements run on.
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
+    }
+
+    /// The pool actions' transactions are begun on ([`PostgresStore::begin`]): by default
+    /// one of their own, so that a transaction held for a whole action never takes a
+    /// connection the store's statements (its renewals) need.
+    pub fn transaction_pool(&self) -> &PgPool {
+        &self.inner.transactions
     }
 
     /// The records table.
