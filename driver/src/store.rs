@@ -21,6 +21,23 @@ use thiserror::Error;
 /// A boxed error from a store's backend (a Redis error, an I/O error).
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// Every store's own command timeout by default, 1 s: [`command_timeout`] of the default
+/// [`Options`](idem_core::Options). One default for every store crate.
+pub const DEFAULT_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The command timeout a store should use under a coordinator with `options`: twice the
+/// attempt's reply deadline ([`Options::reply_timeout`](idem_core::Options::reply_timeout)).
+///
+/// It is a backstop, derived from the one source of timers, the core's options (rule 12):
+/// under a coordinator, the attempt gives a command up at its reply deadline and the driver
+/// drops it, so the store's timeout never decides for the attempt; it bounds only a command
+/// that nothing else bounds (a caller of [`Store::apply`] with no deadline of its own, an
+/// operator's tool), and a store closes what such a command left in flight. Store builders
+/// take it with their `options` setting.
+pub fn command_timeout(options: &idem_core::Options) -> std::time::Duration {
+    options.reply_timeout().saturating_mul(2)
+}
+
 /// A store command did not answer within its store's own command timeout (the backstop under
 /// the attempt's reply deadline): its effect is unknown, as for any
 /// [`StoreError::Unavailable`]. Shared by every store crate.

@@ -138,3 +138,28 @@ async fn transactions_on_the_statements_pool_are_caught_starving_the_leases() {
         || load.plain_ok < PLAIN;
     assert!(starved, "the shared pool was not caught starving: {load:?}");
 }
+
+/// One source for timeouts: the store's backstop is derived from the coordinator's options
+/// (twice the reply deadline), and the default is the one every store uses.
+#[tokio::test]
+async fn the_command_timeout_is_derived_from_the_coordinators_options() {
+    let db = TestDb::create().await;
+    let options = Options::builder()
+        .reply_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let store = PostgresStore::builder()
+        .options(&options)
+        .connect_lazy(&db.url())
+        .unwrap();
+    assert_eq!(store.command_timeout(), Duration::from_millis(600));
+    let default = PostgresStore::builder().connect_lazy(&db.url()).unwrap();
+    assert_eq!(
+        default.command_timeout(),
+        idem::store::DEFAULT_COMMAND_TIMEOUT
+    );
+    assert_eq!(
+        idem::store::DEFAULT_COMMAND_TIMEOUT,
+        idem::store::command_timeout(&Options::default())
+    );
+}

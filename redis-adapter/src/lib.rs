@@ -39,7 +39,8 @@
 //! deadline (`Options::reply_timeout`, 500 ms by default), the driver drops a command whose
 //! deadline passed, and the attempt retries it with its own backoff. The store adds no
 //! policy of its own: its per-command timeout
-//! ([`RedisStoreBuilder::command_timeout`], 5 s by default) is only a backstop for commands
+//! ([`RedisStoreBuilder::command_timeout`], 1 s by default, twice the default reply deadline
+//! as for every store) is only a backstop for commands
 //! sent without a deadline, the standalone connection never resends a command (it only
 //! reconnects), and the Cluster client is built with no request retries.
 //!

@@ -49,14 +49,25 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// How long one command may take, waiting for a connection included (default 1 s). A
-    /// command that takes longer fails with [`StoreError::Unavailable`](idem::StoreError::Unavailable), its connection is
-    /// closed, and the statement may still have run on the server. Zero is raised to one
-    /// millisecond.
+    /// How long one command may take, waiting for a connection included (default
+    /// [`DEFAULT_COMMAND_TIMEOUT`](idem::store::DEFAULT_COMMAND_TIMEOUT), 1 s, the same for
+    /// every store). A command that takes longer fails with
+    /// [`StoreError::Unavailable`](idem::StoreError::Unavailable), and the statement may
+    /// still have run on the server. Its connection is closed then, and also when the
+    /// caller drops the command first (the attempt's reply deadline, the shorter under a
+    /// coordinator). Zero is raised to one millisecond.
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));
         self
+    }
+
+    /// The command timeout derived from the options of the coordinator this store serves
+    /// ([`idem::store::command_timeout`]: twice its reply timeout), so that the two never
+    /// disagree.
+    #[must_use]
+    pub fn options(self, options: &idem::Options) -> Self {
+        self.command_timeout(idem::store::command_timeout(options))
     }
 
     /// The server-side `statement_timeout` of the connections this builder opens

@@ -25,9 +25,9 @@ use crate::table::TableName;
 
 pub use builder::PostgresStoreBuilder;
 
-/// The per-command timeout used when none is configured: a command that has not answered
-/// by then fails with [`StoreError::Unavailable`].
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+/// The per-command timeout used when none is configured (1 s, the same for every store): a
+/// command that has not answered by then fails with [`StoreError::Unavailable`].
+pub use idem::store::DEFAULT_COMMAND_TIMEOUT;
 
 /// The longest lease or retention a command writes, 2^52 ms (some 142,000 years): a
 /// longer one is cut to it, so that a deadline always fits the `bigint` column. Only

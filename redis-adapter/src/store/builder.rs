@@ -18,17 +18,7 @@ use crate::layout::{KeyLayout, PrefixError};
 use crate::notices::{self, Notices, Source};
 use crate::scripts::Scripts;
 
-/// The per-command timeout used when none is configured: a backstop, not a decision.
-///
-/// How long a store reply is awaited is the attempt's to say (rule 12): every command the
-/// driver sends carries the attempt's reply deadline (`Options::reply_timeout`, 500 ms by
-/// default), and the driver drops the command when it passes, long before this backstop.
-/// The backstop only bounds a command that nothing else bounds (a caller of
-/// [`Store::apply`] that sets no deadline of its own), so it is set well above any reply
-/// timeout an attempt uses.
-///
-/// [`Store::apply`]: idem::Store::apply
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+pub use idem::store::DEFAULT_COMMAND_TIMEOUT;
 
 /// The connect timeout used when none is configured.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -149,7 +139,8 @@ impl RedisStoreBuilder {
     }
 
     /// The backstop on one command, round trips and script loading included (default
-    /// [`DEFAULT_COMMAND_TIMEOUT`], 5 s). A command that takes longer fails with
+    /// [`DEFAULT_COMMAND_TIMEOUT`], 1 s, the same for every store; [`options`](Self::options)
+    /// derives it from a coordinator's options). A command that takes longer fails with
     /// [`StoreError::Unavailable`], and may still have run on the server. Zero is raised to
     /// one millisecond. A reserve that the single-command path hands to the script is two
     /// commands, each with this timeout.
@@ -165,6 +156,14 @@ impl RedisStoreBuilder {
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));
         self
+    }
+
+    /// The backstop derived from the options of the coordinator this store serves
+    /// ([`idem::store::command_timeout`]: twice its reply timeout), so that the two never
+    /// disagree.
+    #[must_use]
+    pub fn options(self, options: &idem::Options) -> Self {
+        self.command_timeout(idem::store::command_timeout(options))
     }
 
     /// How long making a connection may take (default 1 s).
