@@ -116,6 +116,67 @@
 //! An `Err` of the action (here a `StatusCode`) is answered as the action's own response;
 //! every other case as its problem.
 //!
+//! # The layer's transaction
+//!
+//! When the handler's effect is writes in the database that keeps idem's records (the order
+//! row of `POST /orders`), the layer can own the request's transaction
+//! ([`IdempotencyLayerBuilder::in_transaction`], on a store that begins its own:
+//! idem-postgres's `PostgresStore`). It begins the transaction once the key is reserved,
+//! the handler takes it with the [`Tx`] extractor and writes on it, and the layer commits
+//! those writes together with the record of the response (MODEL.md, rule `T1`), so every
+//! retry is answered the response whose writes committed, and a request's writes never
+//! commit twice. One key scope, one key and one fingerprint (the layer's) stand for both;
+//! the handler calls nothing of idem's.
+//!
+//! ```no_run
+//! use axum::{Json, Router, http::StatusCode, routing::post};
+//! use idem::{Coordinator, Options};
+//! use idem_http::{IdempotencyLayer, Tx};
+//! use idem_postgres::{PostgresStore, RecordTransaction};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct NewOrder { sku: String, quantity: i32 }
+//!
+//! async fn create_order(
+//!     mut tx: Tx<RecordTransaction>,
+//!     Json(order): Json<NewOrder>,
+//! ) -> Result<(StatusCode, String), StatusCode> {
+//!     // `&mut **tx` is the transaction's connection: a sqlx executor.
+//!     let id: i64 = sqlx::query_scalar("INSERT INTO orders (sku, quantity) VALUES ($1, $2) RETURNING id")
+//!         .bind(&order.sku)
+//!         .bind(order.quantity)
+//!         .fetch_one(&mut **tx)
+//!         .await
+//!         .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+//!     // No commit here: the layer commits the row with the record of this response.
+//!     Ok((StatusCode::CREATED, format!("order {id}")))
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = PostgresStore::connect("postgres://app@127.0.0.1:5432/shop").await?;
+//! store.migrate().await?;
+//! let orders = IdempotencyLayer::builder(Coordinator::new(store, Options::default()))
+//!     .fingerprint_json_fields(["sku", "quantity"])
+//!     .in_transaction()
+//!     .build()?;
+//! let app: Router = Router::new().route("/orders", post(create_order).layer(orders));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What is committed follows the response's [`Disposition`]: a recorded response commits the
+//! writes with its record; a response marked [`Disposition::Release`], one of unknown outcome
+//! ([`Disposition::Unknown`]: an unmarked 5xx or 408), a service error or a panic rolls the
+//! writes back and releases the key, since nothing was committed and so nothing happened: a
+//! retry runs the handler again. A handler must not keep its `Tx` past its response (moved
+//! into a task): the layer does not wait for it, answers 500, releases the key, and the
+//! transaction rolls back when the task drops it. A commit refused because the key was
+//! taken over (`RolledBack`) or whose outcome could not be learned (`CommitUnknown`) is a
+//! retryable server error: the writes and the record committed together or not at all, so a
+//! retry with the same key replays or runs, never both. `examples/shop.rs` is a whole
+//! service, tested with its database stopped mid-order.
+//!
 //! # What the layer does
 //!
 //! For a request whose method it covers (`POST` and `PATCH` by default; `GET`, `HEAD`,
@@ -222,8 +283,9 @@
 //!
 //! # Features
 //!
-//! - `axum` (default): [`IdempotencyKey`], [`HttpError`], `IntoResponse` for [`Problem`],
-//!   and route templates from axum's `MatchedPath` as operation names.
+//! - `axum` (default): [`IdempotencyKey`], [`HttpError`], [`Tx`] as an extractor,
+//!   `IntoResponse` for [`Problem`], and route templates from axum's `MatchedPath` as
+//!   operation names.
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
 //!   facade (the `metrics` module, with the feature on).
 
