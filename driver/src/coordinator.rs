@@ -159,7 +159,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Allows at most `max` detached actions to run at once (default
-    /// [`DEFAULT_MAX_DETACHED`](crate::detached::DEFAULT_MAX_DETACHED)). A call whose action
+    /// [`DEFAULT_MAX_DETACHED`]). A call whose action
     /// would be one more is answered [`Error::Overloaded`] (HTTP 503) after its reservation
     /// is released: nothing ran, and a retry later runs it. Attached calls are not counted:
     /// they run in their caller's future, which bounds them. Clones made after this share

@@ -71,14 +71,19 @@ pub enum Error<E> {
     /// it was stored, or the operation name is shared by two result types).
     #[error("the stored result does not decode into the requested type: {0}")]
     Decode(#[source] BoxError),
-    /// A transactional call's writes were rolled back together with its record: the key was
-    /// no longer this call's when it committed (its lease ran out and another request took
-    /// it over), or the commit failed. Nothing happened; a retry replays the other request's
-    /// result or runs the action.
+    /// A transactional call's writes were rolled back, definitely: its complete was refused
+    /// inside its transaction (its lease ran out and another request took the key over), a
+    /// read after its commit's reply was lost found the key still this call's own
+    /// reservation, or the transaction went with a panic or a dropped action. Nothing
+    /// happened; a retry replays the other request's result or runs the action. A commit
+    /// whose fate is not certain is [`CommitUnknown`](Self::CommitUnknown), never this.
     #[error("the action's writes were rolled back; nothing was committed")]
     RolledBack,
-    /// A transactional call whose commit's outcome could not be learned: its writes and its
-    /// record committed together, or neither did. A retry replays or runs; never twice.
+    /// A transactional call whose commit's outcome could not be learned: its reply was lost
+    /// and the record could not be read, or the read found no record or another request's
+    /// (an insert of a record the sweeper had removed may still be committing). Its writes
+    /// and its record committed together, or neither did. A retry replays or runs, never
+    /// twice; do not compensate or re-issue under a new key on this answer.
     #[error("the commit's outcome is unknown; a retry is safe")]
     CommitUnknown,
     /// The call's detached action was cut mid-run, by the tokio runtime's end or by

@@ -27,7 +27,6 @@ use idem::{Coordinator, Options, StoreFailurePolicy};
 use idem_http::{IdempotencyLayer, Tx};
 use idem_postgres::{PostgresStore, RecordTransaction};
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::PgPoolOptions;
 
 /// A shop whose `POST /orders` is safe to retry under an `Idempotency-Key`.
 #[derive(Debug, Parser)]
@@ -113,12 +112,10 @@ async fn create_order(
 
 /// The shop on the database at `url`, its tables created if they are missing.
 pub async fn shop(url: &str, payments: Payments) -> Result<Router, Box<dyn std::error::Error>> {
-    let pool = PgPoolOptions::new()
-        .max_connections(16)
-        .connect(url)
-        .await?;
-    sqlx::query(ORDERS).execute(&pool).await?;
-    let store = PostgresStore::builder().build(pool);
+    // Two pools: idem's statements on one, the requests' transactions on the other, so an
+    // order holding its transaction never takes the connection its lease's renewal needs.
+    let store = PostgresStore::connect(url).await?;
+    sqlx::query(ORDERS).execute(store.pool()).await?;
     store.migrate().await?;
     // A second order is worse than a 503: fail closed. A lease of 5 s, renewed while an
     // order runs: a cut-off order frees its key within 5 s, while a retry still waits.
