@@ -269,6 +269,21 @@ impl<S: Store> Coordinator<S> {
         Ok(OperationHandle::new(self.clone(), operation, codec))
     }
 
+    /// As [`operation_with_codec`](Self::operation_with_codec), for an [`Operation`] that is
+    /// valid already: one made by [`Operation::new`], or scoped by
+    /// [`Operation::for_tenant`], whose name holds a character `Operation::new` refuses (so
+    /// that no plain name spells a tenant's scope) and so cannot be passed as a string.
+    pub fn operation_of<T, E, C>(
+        &self,
+        operation: Operation,
+        codec: C,
+    ) -> OperationHandle<S, T, E, C>
+    where
+        C: Codec<T> + Clone,
+    {
+        OperationHandle::new(self.clone(), operation, codec)
+    }
+
     /// Runs `action` once for the request that `fingerprint` describes under `key`, scoped to
     /// `operation`, and returns its value; or, if an identical request already ran, returns
     /// that request's stored value without running `action`.

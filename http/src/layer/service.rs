@@ -173,19 +173,14 @@ impl<S: Store> Config<S> {
             Err(problem) => return Ok(self.refuse(&route, &problem)),
         };
         let request = Request::from_parts(parts, Either::Right(Full::new(bytes)));
-        let handle = match self
+        // The operation is valid already (named here, or scoped by tenant with a character
+        // no plain name may hold): it is not validated again as a string.
+        let handle = self
             .coordinator
-            .operation_with_codec::<Captured<ResB>, Failure<ResB, Svc::Error>, _>(
-                operation.as_str(),
+            .operation_of::<Captured<ResB>, Failure<ResB, Svc::Error>, _>(
+                operation,
                 self.codec.clone(),
-            ) {
-            Ok(handle) => handle,
-            Err(_) => {
-                let problem =
-                    Problem::new(ProblemType::Internal, "The operation name was refused.");
-                return Ok(self.refuse(&route, &problem));
-            }
-        };
+            );
         let disposition = Arc::clone(&self.disposition);
         let limit = self.coordinator.options().max_body_bytes();
         // Detached: the handler runs on a task of its own, to its end, and is recorded even
