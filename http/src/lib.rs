@@ -213,7 +213,8 @@
 //! 6. **The replay.** The first caller gets the handler's response unchanged. A retry gets
 //!    the same status, the stored headers (an allow-list, [`DEFAULT_STORED_HEADERS`]; never
 //!    hop-by-hop headers, `Date` or `Set-Cookie`) and the body byte for byte, plus
-//!    `Idempotent-Replayed: true`. Bodies are stored up to the coordinator's body limit
+//!    `Idempotent-Replayed: true`. A response is stored when its body, status and stored
+//!    headers fit the coordinator's body limit
 //!    (`Options::max_body_bytes`, 1 MiB by default); a larger response still reaches its
 //!    caller, and a retry gets 500 [`ResponseNotStored`](ProblemType::ResponseNotStored).
 //! 7. **In flight.** Under policy `Wait` (idem's default) a retry waits for the first and

@@ -81,7 +81,7 @@ impl<S: Store> IdempotencyLayerBuilder<S> {
         self
     }
 
-    /// How an unquoted key is treated (default [`BareToken::Refuse`]).
+    /// How an unquoted key is treated (default [`BareToken::Accept`]: taken verbatim).
     #[must_use]
     pub fn bare_token(mut self, bare: BareToken) -> Self {
         self.bare = bare;

@@ -217,7 +217,7 @@ impl<S: Store> IdempotencyLayer<S> {
     ///
     /// - methods `POST` and `PATCH`; every other request passes through untouched;
     /// - the key required (400 [`KeyMissing`](crate::ProblemType::KeyMissing) without it), and
-    ///   bare tokens refused ([`BareToken`]);
+    ///   bare tokens taken verbatim ([`BareToken`]);
     /// - the operation named from the method and the route template (axum's
     ///   `MatchedPath`; the request path without axum), no tenant scope;
     /// - the fingerprint made of the method, the path and query, and the body's bytes;
