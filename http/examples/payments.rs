@@ -22,16 +22,22 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
-use idem::{AnyStore, Coordinator, InFlightPolicy, MemoryStore, Options, StoreFailurePolicy};
+use idem::record::{Body, Command, Reply, StoredResult};
+use idem::{
+    AnyStore, Coordinator, Fingerprint, InFlightPolicy, Key, MemoryStore, Operation, Options,
+    OwnerToken, Store, StoreFailurePolicy,
+};
 use idem_http::{IdempotencyKey, IdempotencyLayer};
 use serde::Deserialize;
 use serde_json::json;
@@ -56,6 +62,12 @@ pub(crate) struct Args {
     /// Serve the same handlers without the layer (the bare handler, for comparison).
     #[arg(long)]
     no_idempotency: bool,
+    /// Serve the handler without the layer, but send the layer's own two store commands by
+    /// hand around each charge (reserve before, complete after; a completed key answers the
+    /// stored body): the like-for-like baseline the bench measures the layer against. Takes
+    /// `--redis`; the key is the raw header, with no parsing, fingerprint or response codec.
+    #[arg(long, requires = "redis", conflicts_with = "no_idempotency")]
+    bare_store: bool,
     /// Append each charge to this file as `<key> <id>`: one statement for many processes.
     #[arg(long)]
     ledger: Option<PathBuf>,
@@ -142,6 +154,72 @@ async fn create_charge(
         .into_response()
 }
 
+/// The bench's baseline: the store's reserve and complete sent by hand, with nothing of the
+/// layer or the driver around them (no key parsing, no fingerprint of the request line, no
+/// response codec, no lease renewal, no detached task).
+struct BareStore {
+    store: idem_redis::RedisStore,
+    operation: Operation,
+    lease: Duration,
+    owners: AtomicU64,
+    salt: u64,
+}
+
+impl BareStore {
+    async fn charge(&self, provider: &Provider, headers: &HeaderMap, body: &[u8]) -> Response {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| Key::new(value.trim_matches('"')).ok());
+        let Some(key) = key else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        let owner = OwnerToken::from_u128(
+            (u128::from(self.salt) << 64) | u128::from(self.owners.fetch_add(1, Ordering::Relaxed)),
+        );
+        let fingerprint = Fingerprint::of_bytes(body);
+        let reserve = Command::Reserve {
+            owner,
+            fingerprint,
+            lease: self.lease,
+        };
+        match self.store.apply(&self.operation, &key, reserve).await {
+            Ok(Reply::Reserved(_)) => {}
+            Ok(Reply::Replay {
+                result: StoredResult::Value(stored),
+                ..
+            }) => {
+                let headers = [(header::CONTENT_TYPE, "application/json")];
+                return (StatusCode::CREATED, headers, stored.as_bytes().to_vec()).into_response();
+            }
+            _ => return StatusCode::CONFLICT.into_response(),
+        }
+        let Ok(order) = serde_json::from_slice::<Order>(body) else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
+        let id = provider.charge(Some(key.as_str())).await;
+        let answer = json!({ "id": id, "amount": order.amount, "currency": order.currency });
+        let answer = serde_json::to_vec(&answer).unwrap_or_default();
+        let complete = Command::Complete {
+            owner,
+            fingerprint,
+            result: StoredResult::Value(Body::new(answer.clone())),
+            retention: Duration::from_secs(24 * 60 * 60),
+        };
+        match self.store.apply(&self.operation, &key, complete).await {
+            Ok(Reply::Completed(_)) => {
+                let location = format!("/charges/{id}");
+                let headers = [
+                    (header::LOCATION, location),
+                    (header::CONTENT_TYPE, "application/json".to_owned()),
+                ];
+                (StatusCode::CREATED, headers, answer).into_response()
+            }
+            _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        }
+    }
+}
+
 async fn statement(State(provider): State<Arc<Provider>>) -> Json<Vec<String>> {
     let statement = provider.statement.lock().unwrap_or_else(|e| e.into_inner());
     Json(statement.clone())
@@ -165,6 +243,20 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let charges = post(create_charge);
     let (charges, coordinator) = if args.no_idempotency {
         (charges, None)
+    } else if let (true, Some(url)) = (args.bare_store, &args.redis) {
+        let bare = Arc::new(BareStore {
+            store: idem_redis::RedisStore::connect(url).await?,
+            operation: Operation::new("POST_charges")?,
+            lease: Duration::from_millis(args.lease_ms),
+            owners: AtomicU64::new(0),
+            salt: u64::from(std::process::id()),
+        });
+        let handler =
+            move |State(provider): State<Arc<Provider>>, headers: HeaderMap, body: Bytes| {
+                let bare = bare.clone();
+                async move { bare.charge(&provider, &headers, &body).await }
+            };
+        (post(handler), None)
     } else {
         let store = match &args.redis {
             Some(url) => AnyStore::new(idem_redis::RedisStore::connect(url).await?),
@@ -194,6 +286,8 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?,
         if args.no_idempotency {
             "no idempotency layer".to_owned()
+        } else if args.bare_store {
+            "no layer; the store's commands sent by hand".to_owned()
         } else {
             format!(
                 "idempotency records in {}",
