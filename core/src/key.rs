@@ -6,6 +6,7 @@
 //! under is always byte for byte the key the client sent (MODEL.md, `I12`).
 
 use std::fmt;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -20,8 +21,11 @@ pub const MAX_OPERATION_LEN: usize = 100;
 /// The key identifies a request; the [`Fingerprint`](crate::Fingerprint) describes it.
 /// Visible ASCII keeps keys safe to log, to put in an HTTP header and to use as (part of) a
 /// Redis key without escaping.
+///
+/// Shared, not copied: a call hands its key to the attempt, the claim, the store's commands
+/// and the logs, and a clone is a reference count, not an allocation.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key(Box<str>);
+pub struct Key(Arc<str>);
 
 /// Why a [`Key`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -81,9 +85,10 @@ impl Key {
 /// A key is unique per operation: `payment.charge` and `order.cancel` keep separate records
 /// for one key. Tenants are isolated by scoping the operation to each
 /// ([`Operation::for_tenant`]), so that two users' keys can never meet while every key stays
-/// byte for byte what its client sent (`I12`).
+/// byte for byte what its client sent (`I12`). Shared like a [`Key`]: a clone is a reference
+/// count.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Operation(Box<str>);
+pub struct Operation(Arc<str>);
 
 /// Why an [`Operation`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -591,7 +591,9 @@ where
             }
         }
     };
-    match tokio::spawn(task).await {
+    // Boxed: the task holds the call and its action, several kilobytes that the runtime would
+    // otherwise copy on every move into and out of the task.
+    match tokio::spawn(Box::pin(task)).await {
         Ok(Some(ended)) => resume(ended),
         Ok(None) => Err(Error::RuntimeShutdown),
         Err(error) => match error.try_into_panic() {

@@ -40,7 +40,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             "running the action"
         );
         // A panic while making the future counts as the action's panic.
-        match panic::catch_unwind(AssertUnwindSafe(|| action(claim))) {
+        match panic::catch_unwind(AssertUnwindSafe(|| Box::pin(action(claim)))) {
             Ok(future) => {
                 running.set(AssertUnwindSafe(future).catch_unwind().fuse());
                 Ok(())

@@ -20,7 +20,7 @@ mod outcome;
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -58,7 +58,9 @@ pub(crate) enum Paused<T, E> {
 }
 
 /// The action's future, caught for panics, and fused so that it is polled only until done.
-type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Fut>>>;
+/// Boxed: an action's future (an HTTP handler's, say) can be kilobytes, and the call's own
+/// future, which would otherwise hold it inline, is moved whole into its task.
+type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Pin<Box<Fut>>>>>;
 
 impl<T, E> From<Error<E>> for Ended<T, E> {
     fn from(error: Error<E>) -> Self {

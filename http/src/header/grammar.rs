@@ -44,7 +44,8 @@ impl<'a> Input<'a> {
     /// An sf-string, unescaped; the cursor is on its opening quote.
     pub(super) fn string(&mut self) -> Result<String, KeyHeaderError> {
         self.at += 1;
-        let mut out = String::new();
+        // Sized once: the string is at most what is left of the header.
+        let mut out = String::with_capacity(self.bytes.len().saturating_sub(self.at));
         loop {
             let Some(byte) = self.next() else {
                 return Err(self.fail(Malformed::Unterminated));
