@@ -332,8 +332,12 @@ impl RedisStoreBuilder {
     }
 
     fn manager_config(&self) -> ConnectionManagerConfig {
+        // No response timeout of the manager's own: every command the store sends is
+        // already bounded by the command timeout (`within_timeout`), and a second timer per
+        // command is measurable client work at high concurrency. A timed-out reply never made
+        // the manager reconnect either way.
         ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.command_timeout))
+            .set_response_timeout(None)
             .set_connection_timeout(Some(self.connect_timeout))
             .set_number_of_retries(2)
             .set_max_delay(self.connect_timeout)
