@@ -53,6 +53,6 @@ pub use history::{
     ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, Received, Story,
 };
 pub use judge::{Cause, CauseCounts, Counterexample, Rule, Verdict, Violation, check_run, judge};
-pub use statement::{Charge, Statement};
+pub use statement::{Charge, Provider, Statement};
 pub use tally::{Class, Tally, UnknownName, parse_name};
 pub use variant::{InFront, TRUNCATED_KEY_LEN, Variant};

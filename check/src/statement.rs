@@ -1,12 +1,20 @@
-//! The card statement: the downstream provider's own record of every effect, one line per
-//! charge, whatever the callers were told. It does not deduplicate: that is idem's job, and
-//! the statement is how a test sees whether idem did it.
+//! The card statement: the downstream provider's own record of every request that reached
+//! it, one line per charge, whatever the callers were told, with the downstream key each
+//! request carried (MODEL.md `D1`). The statement itself does not deduplicate: that is
+//! idem's job, and the statement is how a test sees whether idem did it. What a provider
+//! that deduplicates by the downstream key would have made of the same requests is the
+//! [`Provider`] model's ([`Provider::effects`]).
 //!
 //! A charge's id is `ch_N`, `N` counting every charge on the statement from one; an action
 //! that succeeds returns that id as its value, so a recorded or replayed body names the
 //! charge it came from.
 
 use std::fmt;
+use std::str::FromStr;
+
+use idem_core::DownstreamKey;
+
+use crate::tally::{Class, UnknownName, parse_name};
 
 /// One line of the statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +29,8 @@ pub struct Charge<K> {
     /// When it was made, on the clock of whoever keeps the statement (a history's: the
     /// store's).
     pub at: u64,
+    /// The downstream key the request carried (MODEL.md `D1`), if it carried one.
+    pub downstream: Option<DownstreamKey>,
 }
 
 /// The provider's statement: every charge, in order. `K` is how the keeper names a key: an
@@ -39,8 +49,26 @@ impl<K> Default for Statement<K> {
 impl<K: PartialEq + fmt::Debug> Statement<K> {
     /// Charges the card under `key` at `at` (by attempt `by`, if known); returns the new line.
     pub fn charge(&mut self, key: K, by: Option<usize>, at: u64) -> &Charge<K> {
+        self.charge_sending(key, by, at, None)
+    }
+
+    /// As [`charge`](Self::charge), the request carrying `downstream` as the provider's own
+    /// idempotency key.
+    pub fn charge_sending(
+        &mut self,
+        key: K,
+        by: Option<usize>,
+        at: u64,
+        downstream: Option<DownstreamKey>,
+    ) -> &Charge<K> {
         let id = format!("ch_{}", self.lines.len() + 1);
-        self.lines.push(Charge { key, id, by, at });
+        self.lines.push(Charge {
+            key,
+            id,
+            by,
+            at,
+            downstream,
+        });
         let last = self.lines.len() - 1;
         &self.lines[last]
     }
@@ -50,7 +78,13 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
     /// `by`, if known): a line under the id `id` their action chose when it made them, since
     /// they are named before anyone knows whether they will commit. Returns the new line.
     pub fn commit(&mut self, key: K, by: Option<usize>, at: u64, id: String) -> &Charge<K> {
-        self.lines.push(Charge { key, id, by, at });
+        self.lines.push(Charge {
+            key,
+            id,
+            by,
+            at,
+            downstream: None,
+        });
         let last = self.lines.len() - 1;
         &self.lines[last]
     }
@@ -173,5 +207,77 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
             }
         }
         found
+    }
+}
+
+/// What the provider does with the requests on the statement (MODEL.md `D1`): which of them
+/// are effects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Provider {
+    /// Every request is an effect: a provider with no idempotency of its own.
+    #[default]
+    Plain,
+    /// A request whose downstream key the provider has seen before is answered with the
+    /// earlier effect and makes none: a payment API that deduplicates by its own
+    /// `Idempotency-Key`, for as long as the run lasts. A request without a downstream key
+    /// is always an effect.
+    Keyed,
+}
+
+impl Provider {
+    /// Every provider model, in the order above.
+    pub const ALL: [Provider; 2] = [Provider::Plain, Provider::Keyed];
+
+    /// The model's name on the command line: `plain`, `keyed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::Plain => "plain",
+            Provider::Keyed => "keyed",
+        }
+    }
+
+    /// Of `lines` (a key's requests, in order), the ones that are effects at this provider.
+    pub fn effects<'a, K>(self, lines: &[&'a Charge<K>]) -> Vec<&'a Charge<K>> {
+        match self {
+            Provider::Plain => lines.to_vec(),
+            Provider::Keyed => {
+                let mut effects: Vec<&Charge<K>> = Vec::with_capacity(1);
+                for line in lines {
+                    let seen = line.downstream.is_some()
+                        && effects.iter().any(|e| e.downstream == line.downstream);
+                    if !seen {
+                        effects.push(line);
+                    }
+                }
+                effects
+            }
+        }
+    }
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Class for Provider {
+    const ALL: &'static [Self] = &Provider::ALL;
+    const KIND: &'static str = "provider";
+
+    fn name(self) -> &'static str {
+        Provider::name(self)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl FromStr for Provider {
+    type Err = UnknownName;
+
+    fn from_str(name: &str) -> Result<Self, UnknownName> {
+        parse_name(name)
     }
 }

@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use idem_check::{
-    ActionEnd, Answer, AttemptSpec, Cause, EventKind, History, KeySpec, Received, Rule, judge,
+    ActionEnd, Answer, AttemptSpec, Cause, EventKind, History, KeySpec, Provider, Received, Rule,
+    judge,
 };
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
 use idem_core::{
-    Abandonment, Body, Execution, Fingerprint, Outcome, OwnerToken, Protection, Recording,
-    Timestamp,
+    Abandonment, Body, DownstreamKey, Execution, Fingerprint, Key, Operation, Outcome, OwnerToken,
+    Protection, Recording, Timestamp,
 };
 
 const A: usize = 0;
@@ -598,6 +599,94 @@ fn i7_a_second_charge_explained_by_a_lost_lease_passes() {
     assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
     assert_eq!(verdict.extra.get(Cause::LeaseExpired), 1);
     assert_eq!(verdict.extra.total(), 1);
+}
+
+/// A charges `ch_1`, loses its lease, B takes the key over and charges `ch_2`; each
+/// request carries the downstream key `sends` gives its attempt.
+fn lost_lease_sending(sends: impl Fn(usize) -> DownstreamKey, provider: Provider) -> History {
+    let mut story = Story::new().granted(0, A, None).run(5, A);
+    story.0.charge_sending(10, A, Some(sends(A)));
+    story = story
+        .ended(1_190, A, ActionEnd::Succeeded)
+        .granted(1_200, B, pending(A, 1_000))
+        .run(1_205, B);
+    story.0.charge_sending(1_210, B, Some(sends(B)));
+    story = story
+        .ended(1_215, B, ActionEnd::Succeeded)
+        .store(
+            1_220,
+            B,
+            complete(B, "ch_2"),
+            pending(B, 2_200),
+            Reply::Completed(Completion::InTime),
+            completed_with(B, value("ch_2"), 61_220),
+        )
+        .finish(1_220, B, executed(false))
+        .store(
+            1_300,
+            A,
+            complete(A, "ch_1"),
+            completed_with(B, value("ch_2"), 61_220),
+            Reply::Refused(Refusal::NotOwner),
+            completed_with(B, value("ch_2"), 61_220),
+        )
+        .finish(1_300, A, executed(true));
+    story.0.provider = provider;
+    story.0
+}
+
+fn the_calls_key() -> DownstreamKey {
+    DownstreamKey::derive(
+        &Operation::new("payment.charge").unwrap(),
+        &Key::new("order-0").unwrap(),
+    )
+}
+
+#[test]
+fn d1_a_takeover_that_sends_another_downstream_key() {
+    let history = lost_lease_sending(
+        |who| {
+            if who == A {
+                the_calls_key()
+            } else {
+                DownstreamKey::derive(
+                    &Operation::new("payment.charge").unwrap(),
+                    &Key::new(owner(who).to_string()).unwrap(),
+                )
+            }
+        },
+        Provider::Keyed,
+    );
+    let verdict = judge(&history);
+    assert_eq!(
+        verdict.rules().into_iter().collect::<Vec<_>>(),
+        [Rule::DownstreamKeyStable],
+        "{:?}",
+        verdict.violations
+    );
+    // The keyed provider saw two keys: the lost lease's extra call is an extra effect there.
+    assert_eq!(verdict.extra_at_provider.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.absorbed.total(), 0);
+}
+
+#[test]
+fn d1_the_calls_key_on_every_attempt_passes_and_a_keyed_provider_absorbs_the_extra_call() {
+    for (provider, at_provider, absorbed) in [(Provider::Plain, 1, 0), (Provider::Keyed, 0, 1)] {
+        let verdict = judge(&lost_lease_sending(|_| the_calls_key(), provider));
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        // `I7` counts the extra call at either provider.
+        assert_eq!(verdict.extra.get(Cause::LeaseExpired), 1, "{provider}");
+        assert_eq!(
+            verdict.extra_at_provider.get(Cause::LeaseExpired),
+            at_provider,
+            "{provider}"
+        );
+        assert_eq!(
+            verdict.absorbed.get(Cause::LeaseExpired),
+            absorbed,
+            "{provider}"
+        );
+    }
 }
 
 #[test]

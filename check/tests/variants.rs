@@ -251,7 +251,8 @@ fn the_driver_variants_are_the_drivers() {
             Variant::ReleaseOnAbandon,
             Variant::PanicReleases,
             Variant::CorruptFailsOpen,
-            Variant::AbsentCommitRolledBack
+            Variant::AbsentCommitRolledBack,
+            Variant::DownstreamKeyPerAttempt
         ]
     );
     assert!(Variant::ReleaseOnAbandon.releases_on_abandon());

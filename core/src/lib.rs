@@ -20,6 +20,7 @@
 //! that check each; comments here refer to them by name.
 
 pub mod attempt;
+pub mod downstream;
 pub mod fingerprint;
 pub mod key;
 pub mod options;
@@ -31,6 +32,7 @@ pub use attempt::{
     Abandonment, ActionResult, Attempt, Execution, LeaseState, Outcome, Protection, ProtocolError,
     Recording, Step, confirmed_lease,
 };
+pub use downstream::{DOWNSTREAM_KEY_PREFIX, DownstreamKey};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};
 pub use key::{Key, KeyError, Operation, OperationError};
 pub use options::{InFlightPolicy, Options, OptionsBuilder, OptionsError, StoreFailurePolicy};

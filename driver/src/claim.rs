@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use idem_core::{Key, LeaseState, Operation, OwnerToken};
+use idem_core::{DownstreamKey, Key, LeaseState, Operation, OwnerToken};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -48,9 +48,9 @@ impl LeaseView {
 
 /// What an action knows about the reservation it runs under.
 ///
-/// The action gets the key so that it can pass it on to a downstream provider with its own
-/// idempotency (a payment provider's idempotency key), which protects the effect even in the
-/// cases idem reports but cannot prevent (MODEL.md, "Non-guarantees").
+/// The action gets its [`downstream_key`](Self::downstream_key) to pass on to a provider with
+/// its own idempotency (a payment provider's `Idempotency-Key`), which protects the effect
+/// even in the cases idem reports but cannot prevent (MODEL.md, `D1` and "Non-guarantees").
 #[derive(Debug, Clone)]
 pub struct Claim {
     operation: Operation,
@@ -82,6 +82,19 @@ impl Claim {
     /// The operation the key is scoped to.
     pub fn operation(&self) -> &Operation {
         &self.operation
+    }
+
+    /// The key to send to the provider this action calls, as that provider's idempotency key
+    /// (MODEL.md `D1`): the same on every attempt of this (operation, key), whichever process
+    /// makes it and whether or not the store answered (a takeover after a lost lease, a run
+    /// under `FailOpen`, a run after the record expired), and different for every other
+    /// operation or tenant. Derived here, with no store round trip; see [`DownstreamKey`] for
+    /// its two renderings.
+    ///
+    /// A provider that deduplicates by it turns the extra effects idem can only report
+    /// (`I7`) into replays at the provider.
+    pub fn downstream_key(&self) -> DownstreamKey {
+        DownstreamKey::derive(&self.operation, &self.key)
     }
 
     /// This attempt's owner token (`I2`).

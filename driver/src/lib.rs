@@ -141,9 +141,9 @@ pub use ending::Ending;
 pub use error::Error;
 pub use idem_core::record;
 pub use idem_core::{
-    Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key, KeyError, LeaseState,
-    Operation, OperationError, Options, OptionsBuilder, OptionsError, OwnerToken, Recording,
-    Refusal, StoreFailurePolicy, StoredResult, Timestamp,
+    DownstreamKey, Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key,
+    KeyError, LeaseState, Operation, OperationError, Options, OptionsBuilder, OptionsError,
+    OwnerToken, Recording, Refusal, StoreFailurePolicy, StoredResult, Timestamp,
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, ReplayCacheStats, StoreErrors};

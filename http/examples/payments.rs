@@ -12,7 +12,8 @@
 //! Amounts over 1,000,000 are declined with `402`, which is the request's answer and is
 //! replayed like a success.
 //!
-//! With `--ledger FILE`, the provider writes each charge as a line (`<key> <id>`) appended to
+//! With `--ledger FILE`, the provider writes each charge as a line (`<key> <id> <downstream>`,
+//! the last the request's downstream key, MODEL.md `D1`, or `-` without the layer) appended to
 //! that file, so that several processes share one card statement. On SIGTERM or Ctrl-C the
 //! service stops gracefully: it stops accepting connections, refuses new charges (503), lets
 //! the charges that run finish and be recorded for `--shutdown-grace-ms`, cuts the rest
@@ -38,7 +39,7 @@ use idem::{
     AnyStore, Coordinator, Fingerprint, InFlightPolicy, Key, MemoryStore, Operation, Options,
     OwnerToken, Store, StoreFailurePolicy,
 };
-use idem_http::{IdempotencyKey, IdempotencyLayer};
+use idem_http::{Claimed, IdempotencyKey, IdempotencyLayer};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -96,7 +97,11 @@ struct Provider {
 }
 
 impl Provider {
-    async fn charge(&self, key: Option<&str>) -> String {
+    /// Charges the card. `key` is the client's key, for the ledger's reader; the claim's
+    /// downstream key is what a real provider would take as its own `Idempotency-Key`
+    /// (MODEL.md `D1`): the same on every attempt of one request, so the ledger shows which
+    /// charges one request made, and a provider that deduplicates by it would have made one.
+    async fn charge(&self, key: Option<&str>, claimed: Option<Claimed>) -> String {
         let id = {
             let mut statement = self.statement.lock().unwrap_or_else(|e| e.into_inner());
             let id = format!("ch_{}_{}", std::process::id(), statement.len() + 1);
@@ -105,7 +110,9 @@ impl Provider {
         };
         if let Some(ledger) = &self.ledger {
             // One short line appended in one write: lines of several processes never mix.
-            let line = format!("{} {id}\n", key.unwrap_or("-"));
+            let downstream =
+                claimed.map_or_else(|| "-".to_owned(), |c| c.downstream_key().to_string());
+            let line = format!("{} {id} {downstream}\n", key.unwrap_or("-"));
             let appended = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -131,6 +138,7 @@ struct Order {
 async fn create_charge(
     State(provider): State<Arc<Provider>>,
     key: Option<IdempotencyKey>,
+    claimed: Option<Claimed>,
     Json(order): Json<Order>,
 ) -> Response {
     if order.currency.len() != 3 || !order.currency.bytes().all(|b| b.is_ascii_alphabetic()) {
@@ -141,8 +149,9 @@ async fn create_charge(
         let error = json!({ "error": "card_declined" });
         return (StatusCode::PAYMENT_REQUIRED, Json(error)).into_response();
     }
+    // Under the layer, the request's claim gives the key to pass on to the provider.
     let id = provider
-        .charge(key.as_ref().map(IdempotencyKey::as_str))
+        .charge(key.as_ref().map(IdempotencyKey::as_str), claimed)
         .await;
     let location = format!("/charges/{id}");
     let body = json!({ "id": id, "amount": order.amount, "currency": order.currency });
@@ -197,7 +206,7 @@ impl BareStore {
         let Ok(order) = serde_json::from_slice::<Order>(body) else {
             return StatusCode::BAD_REQUEST.into_response();
         };
-        let id = provider.charge(Some(key.as_str())).await;
+        let id = provider.charge(Some(key.as_str()), None).await;
         let answer = json!({ "id": id, "amount": order.amount, "currency": order.currency });
         let answer = serde_json::to_vec(&answer).unwrap_or_default();
         let complete = Command::Complete {

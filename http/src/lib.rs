@@ -284,12 +284,13 @@
 //!
 //! # Features
 //!
-//! - `axum` (default): [`IdempotencyKey`], [`HttpError`], [`Tx`] as an extractor,
+//! - `axum` (default): [`IdempotencyKey`], [`HttpError`], [`Tx`] and [`Claimed`] as extractors,
 //!   `IntoResponse` for [`Problem`], and route templates from axum's `MatchedPath` as
 //!   operation names.
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
 //!   facade (the `metrics` module, with the feature on).
 
+mod claimed;
 mod disposition;
 pub mod header;
 mod layer;
@@ -303,6 +304,7 @@ mod extract;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 
+pub use claimed::{ClaimUnavailable, Claimed};
 pub use disposition::Disposition;
 pub use header::{BareToken, IDEMPOTENCY_KEY, KeyHeaderError};
 pub use layer::{

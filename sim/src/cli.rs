@@ -2,7 +2,7 @@
 //! catalogues), parsed into a [`Command`], and usage errors as the tool prints them.
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use idem_sim::{Config, FaultKind, Faults, Shape, Variant};
+use idem_sim::{Config, FaultKind, Faults, Provider, Shape, Variant};
 
 const EXIT_STATUS: &str =
     "EXIT STATUS: 0 all checks hold, 1 a violation or a table mismatch, 2 bad arguments.";
@@ -89,6 +89,10 @@ pub(crate) struct RunOptions {
     /// A DELIBERATELY BROKEN store or driver, for checking the checker (default: correct)
     #[arg(long, value_name = "NAME", value_parser = variant, long_help = variant_help())]
     variant: Option<Variant>,
+    /// What the provider makes of the requests it gets (MODEL.md D1): `plain` (every request
+    /// an effect) or `keyed` (one effect per downstream key)
+    #[arg(long, value_name = "NAME", value_parser = provider, default_value = "plain")]
+    provider: Provider,
 }
 
 pub(crate) fn faults(list: &str) -> Result<Faults, String> {
@@ -96,6 +100,11 @@ pub(crate) fn faults(list: &str) -> Result<Faults, String> {
 }
 
 pub(crate) fn fault(name: &str) -> Result<FaultKind, String> {
+    name.parse()
+        .map_err(|e: idem_sim::UnknownName| e.to_string())
+}
+
+pub(crate) fn provider(name: &str) -> Result<Provider, String> {
     name.parse()
         .map_err(|e: idem_sim::UnknownName| e.to_string())
 }
@@ -166,6 +175,7 @@ impl RunOptions {
                 faults,
             },
             variant: self.variant.unwrap_or_default(),
+            provider: self.provider,
         }
     }
 }

@@ -113,11 +113,12 @@ pub(crate) fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
     match result {
         Ok(summary) => {
             println!(
-                "explore: seeds {from}..{}, {} callers, {} keys, variant {}",
+                "explore: seeds {from}..{}, {} callers, {} keys, variant {}, provider {}",
                 from.saturating_add(seeds),
                 config.shape.callers,
                 config.shape.keys,
-                config.variant.name()
+                config.variant.name(),
+                config.provider.name()
             );
             println!("{summary}");
             let per_sec = |n: u64| if wall > 0.0 { n as f64 / wall } else { 0.0 };
@@ -149,7 +150,7 @@ pub(crate) fn run_options(config: &Config) -> String {
         .map(FaultKind::name)
         .collect();
     format!(
-        "--callers {} --keys {} --faults {} --variant {}",
+        "--callers {} --keys {} --faults {} --variant {} --provider {}",
         config.shape.callers,
         config.shape.keys,
         if faults.is_empty() {
@@ -157,7 +158,8 @@ pub(crate) fn run_options(config: &Config) -> String {
         } else {
             faults.join(",")
         },
-        config.variant.name()
+        config.variant.name(),
+        config.provider.name()
     )
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use idem_check::{Cause, CauseCounts, Rule, Variant, Violation};
+use idem_check::{Cause, CauseCounts, Provider, Rule, Variant, Violation};
 
 use crate::faults::{Exercised, ExercisedCounts};
 use crate::plan::{Plan, PlanError, Shape};
@@ -18,6 +18,9 @@ pub struct Config {
     /// The store and driver: correct, or a deliberately broken variant of one of them (for
     /// checking the checker).
     pub variant: Variant,
+    /// What the provider makes of the requests it gets (MODEL.md `D1`): every one an effect,
+    /// or one effect per downstream key.
+    pub provider: Provider,
 }
 
 /// One seeded run: the same seed and config give the same run, byte for byte (trace
@@ -25,7 +28,9 @@ pub struct Config {
 pub fn run_seed(seed: u64, config: &Config, trace: bool) -> Result<RunReport, PlanError> {
     let mut rng = SimRng::new(seed);
     let plan = Plan::random(&mut rng, config.shape)?;
-    let mut report = World::new(&plan, config.variant, rng, trace).run();
+    let mut report = World::new(&plan, config.variant, rng, trace)
+        .with_provider(config.provider)
+        .run();
     report.seed = seed;
     Ok(report)
 }
@@ -58,6 +63,11 @@ pub struct Summary {
     pub extra: CauseCounts,
     /// Extra transactional effects by cause (only `retention-expired` is allowed).
     pub extra_transactional: CauseCounts,
+    /// Extra effects at the provider, by cause (MODEL.md `D1`): [`extra`](Self::extra) at a
+    /// plain provider, fewer at one that deduplicates by the downstream key.
+    pub extra_at_provider: CauseCounts,
+    /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
+    pub absorbed: CauseCounts,
     /// Fault and path classes reached.
     pub exercised: ExercisedCounts,
     /// Every seed with a violation.
@@ -80,6 +90,8 @@ impl Summary {
         self.events += report.events;
         self.extra.merge(&report.extra);
         self.extra_transactional.merge(&report.extra_transactional);
+        self.extra_at_provider.merge(&report.extra_at_provider);
+        self.absorbed.merge(&report.absorbed);
         self.exercised.merge(&report.exercised);
         if !report.violations.is_empty() {
             self.failing_seeds.push(report.seed);
@@ -159,6 +171,21 @@ impl fmt::Display for Summary {
                 "  {:<26} {}",
                 cause.name(),
                 self.extra_transactional.get(cause)
+            )?;
+        }
+        writeln!(
+            f,
+            "extra effects at the provider: {}, absorbed by it: {}",
+            self.extra_at_provider.total(),
+            self.absorbed.total()
+        )?;
+        for cause in Cause::ALL {
+            writeln!(
+                f,
+                "  {:<26} {:>10} {:>10}",
+                cause.name(),
+                self.extra_at_provider.get(cause),
+                self.absorbed.get(cause)
             )?;
         }
         let reached = Exercised::ALL.len() - self.exercised.missing().len();

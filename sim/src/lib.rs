@@ -53,7 +53,7 @@ mod world;
 pub use explore::{Config, Summary, explore, run_plan, run_seed};
 pub use faults::{Exercised, ExercisedCounts, FaultKind, Faults};
 pub use idem_check::{
-    Cause, CauseCounts, Charge, Class, Rule, Tally, UnknownName, Variant, Violation,
+    Cause, CauseCounts, Charge, Class, Provider, Rule, Tally, UnknownName, Variant, Violation,
 };
 pub use plan::{
     ActionPlan, CallerGone, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Shape,

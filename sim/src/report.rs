@@ -71,6 +71,10 @@ pub struct RunReport {
     pub extra: CauseCounts,
     /// Extra transactional effects, by cause: only `retention-expired` is allowed (`T1`).
     pub extra_transactional: CauseCounts,
+    /// Extra effects at the run's provider, by cause (MODEL.md `D1`).
+    pub extra_at_provider: CauseCounts,
+    /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
+    pub absorbed: CauseCounts,
     /// The rules of MODEL.md the run broke, as the judge found them.
     pub violations: Vec<Violation>,
     /// Fault and path classes reached.

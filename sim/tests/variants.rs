@@ -2,7 +2,7 @@
 //! catalogue (`idem_sim::Variant`) is caught by the judge's rule written for the bug it has,
 //! over a modest number of seeds.
 
-use idem_sim::{Config, FaultKind, Faults, Rule, Shape, Summary, Variant, explore};
+use idem_sim::{Config, FaultKind, Faults, Provider, Rule, Shape, Summary, Variant, explore};
 
 fn explore_variant(variant: Variant, seeds: u64) -> Summary {
     let config = Config {
@@ -68,6 +68,7 @@ fn expiry_judged_by_a_skewed_caller_clock_is_caught() {
             faults: Faults::all().without(FaultKind::Skew),
             ..Shape::default()
         },
+        ..Config::default()
     };
     let unskewed = explore(0, 300, &config, |_| {}).unwrap();
     assert!(unskewed.failing_seeds.is_empty(), "{unskewed}");
@@ -245,4 +246,34 @@ fn the_command_line_names_the_catalogues_variants() {
     }
     let err = "no-such-bug".parse::<Variant>().unwrap_err();
     assert!(err.to_string().contains("release-on-abandon"), "{err}");
+}
+
+/// A downstream key derived per attempt is caught by `D1` on the requests themselves, and
+/// at a provider that deduplicates by it, the extra calls it should have absorbed come back
+/// as extra effects.
+#[test]
+fn a_downstream_key_that_changes_between_attempts_is_caught() {
+    let broken = Config {
+        variant: Variant::DownstreamKeyPerAttempt,
+        provider: Provider::Keyed,
+        ..Config::default()
+    };
+    let summary = explore(0, 300, &broken, |_| {}).unwrap();
+    assert!(
+        caught_by(&summary, Rule::DownstreamKeyStable) > 0,
+        "{summary}"
+    );
+    assert!(summary.extra_at_provider.total() > 0, "{summary}");
+    let correct = explore(
+        0,
+        300,
+        &Config {
+            provider: Provider::Keyed,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(correct.failing_seeds.is_empty(), "{correct}");
+    assert_eq!(correct.extra_at_provider.total(), 0, "{correct}");
 }

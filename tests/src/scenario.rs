@@ -68,7 +68,8 @@ impl Scenario {
 
     /// Whether a scenario of this harness can show `variant`'s bug: not the variants that
     /// rewrite keys, whose bug needs keys longer than 250 characters or two operations, nor
-    /// the transactional store's and driver's, whose actions are not transactional here.
+    /// the transactional store's and driver's, whose actions are not transactional here, nor
+    /// the downstream key's, since these actions send none.
     pub fn can_expose(variant: Variant) -> bool {
         !matches!(
             variant,
@@ -76,6 +77,7 @@ impl Scenario {
                 | Variant::IgnoresOperation
                 | Variant::CommitWithoutOwnerCheck
                 | Variant::AbsentCommitRolledBack
+                | Variant::DownstreamKeyPerAttempt
         )
     }
 
@@ -120,7 +122,8 @@ impl Scenario {
             | Variant::TruncatedKeys
             | Variant::IgnoresOperation
             | Variant::CommitWithoutOwnerCheck
-            | Variant::AbsentCommitRolledBack => {}
+            | Variant::AbsentCommitRolledBack
+            | Variant::DownstreamKeyPerAttempt => {}
             Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
             Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {

@@ -23,9 +23,9 @@
 //! Its `Display` is the run as a story, one line per event, which a counterexample prints.
 
 use idem_core::record::{Command, CommandKind, Record, Reply};
-use idem_core::{Fingerprint, Outcome, OwnerToken};
+use idem_core::{DownstreamKey, Fingerprint, Outcome, OwnerToken};
 
-use crate::statement::Statement;
+use crate::statement::{Provider, Statement};
 
 mod story;
 
@@ -206,6 +206,9 @@ pub struct History {
     pub events: Vec<Event>,
     /// The card statement, its keys indices into [`History::keys`].
     pub statement: Statement<usize>,
+    /// What the provider makes of the requests on the statement: which are effects (MODEL.md
+    /// `D1`). [`Provider::Plain`] unless the run says otherwise.
+    pub provider: Provider,
 }
 
 impl History {
@@ -229,8 +232,20 @@ impl History {
     /// The action of attempt `who` charges the card under its key at `at`: a line of the
     /// statement and an event. Returns the charge's id.
     pub fn charge(&mut self, at: u64, who: usize) -> &str {
+        self.charge_sending(at, who, None)
+    }
+
+    /// As [`charge`](Self::charge), the request carrying `downstream` as the provider's own
+    /// idempotency key (MODEL.md `D1`).
+    pub fn charge_sending(
+        &mut self,
+        at: u64,
+        who: usize,
+        downstream: Option<DownstreamKey>,
+    ) -> &str {
         let key = self.attempts.get(who).map_or(0, |attempt| attempt.key);
-        self.statement.charge(key, Some(who), at);
+        self.statement
+            .charge_sending(key, Some(who), at, downstream);
         let charge = self.statement.len() - 1;
         self.push(at, who, EventKind::Charged { charge });
         &self.statement.lines()[charge].id

@@ -26,7 +26,7 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
 }
 
 /// Each key's charges, in order.
-fn charges_by_key<'h>(run: &Run<'h>) -> Vec<Vec<&'h Charge<usize>>> {
+pub(super) fn charges_by_key<'h>(run: &Run<'h>) -> Vec<Vec<&'h Charge<usize>>> {
     let mut by_key: Vec<Vec<&Charge<usize>>> = vec![Vec::new(); run.history.keys.len()];
     for charge in run.history.statement.lines() {
         if let Some(charges) = by_key.get_mut(charge.key) {
@@ -46,14 +46,7 @@ fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Ve
             continue;
         }
         let extras = charges.len() - 1;
-        let mut causes = Vec::with_capacity(charges.len());
-        for (i, charge) in charges.iter().enumerate() {
-            let cause = charge
-                .by
-                .and_then(|who| cause_of(run, who, charges))
-                .or_else(|| retention_expired(run, charge, &charges[..i]));
-            causes.extend(cause);
-        }
+        let causes = causes(run, charges);
         for cause in causes.iter().take(extras) {
             verdict.extra.add(*cause);
         }
@@ -96,6 +89,20 @@ fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Ve
                 .push(run.violation(Rule::I7, event, detail));
         }
     }
+}
+
+/// The allowed causes the charges of one key (`charges`, in order) bring with them, one per
+/// charge that brings one: a charge explains one extra charge of its key.
+pub(super) fn causes(run: &Run<'_>, charges: &[&Charge<usize>]) -> Vec<Cause> {
+    let mut causes = Vec::with_capacity(charges.len());
+    for (i, charge) in charges.iter().enumerate() {
+        let cause = charge
+            .by
+            .and_then(|who| cause_of(run, who, charges))
+            .or_else(|| retention_expired(run, charge, &charges[..i]));
+        causes.extend(cause);
+    }
+    causes
 }
 
 /// The allowed cause a charge by `who` brings with it, if any: each such charge allows one

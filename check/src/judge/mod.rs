@@ -22,7 +22,12 @@
 //!   ends, an abandoned one in the settlement its phase calls for (liveness);
 //! - effects that commit with the record (`transaction`, `T1`): a transactional action's
 //!   writes commit only with the complete that records its result, once per life of the
-//!   record, and its outcome says whether they did.
+//!   record, and its outcome says whether they did;
+//! - the provider (`provider`, `D1`): every request carries the downstream key of its
+//!   (operation, key), and which requests are effects at the run's [`Provider`] model, each
+//!   extra one and each one the provider absorbed counted by its cause.
+//!
+//! [`Provider`]: crate::Provider
 //!
 //! A violation names its rule and the event at which it is seen; a [`Counterexample`]
 //! prints them with the whole history as a story.
@@ -37,6 +42,7 @@ mod applied;
 mod effects;
 mod ends;
 mod honesty;
+mod provider;
 mod report;
 mod run;
 mod sent;
@@ -105,11 +111,15 @@ pub enum Rule {
     /// record, never a second time because a holder lost its lease; its outcome says
     /// whether they committed.
     TransactionalEffectOnce,
+    /// The downstream key (MODEL.md `D1`): every request an action sends its provider under
+    /// one (operation, key) carries the key derived from that operation and key alone, the
+    /// same on every attempt, so that a provider that deduplicates by it sees one call.
+    DownstreamKeyStable,
 }
 
 impl Rule {
     /// Every rule, in the order above.
-    pub const ALL: [Rule; 20] = [
+    pub const ALL: [Rule; 21] = [
         Rule::I1,
         Rule::I2,
         Rule::I3,
@@ -130,6 +140,7 @@ impl Rule {
         Rule::DroppedActionKeepsKey,
         Rule::DriverProtocol,
         Rule::TransactionalEffectOnce,
+        Rule::DownstreamKeyStable,
     ];
 
     /// The rule's name, as MODEL.md writes it.
@@ -155,6 +166,7 @@ impl Rule {
             Rule::DroppedActionKeepsKey => "R11 dropped-action-keeps-key",
             Rule::DriverProtocol => "driver protocol",
             Rule::TransactionalEffectOnce => "T1 transactional-effect-once",
+            Rule::DownstreamKeyStable => "D1 downstream-key-stable",
         }
     }
 }
@@ -173,6 +185,7 @@ pub fn judge(history: &History) -> Verdict {
     effects::judge(&run, &mut verdict);
     ends::judge(&run, &mut verdict.violations);
     transaction::judge(&run, &mut verdict);
+    provider::judge(&run, &mut verdict);
     verdict
 }
 

@@ -103,6 +103,13 @@ pub struct Verdict {
     /// `retention-expired` is allowed; one counted under another cause (a lease lost, a
     /// holder crashed or dropped) is also a violation of `T1`.
     pub extra_transactional: CauseCounts,
+    /// The extra effects at the run's provider (MODEL.md `D1`), by cause: the same as
+    /// [`extra`](Self::extra) at a provider without idempotency, fewer at one that
+    /// deduplicates by the downstream key.
+    pub extra_at_provider: CauseCounts,
+    /// The requests that reached the provider and made no effect there (it had seen their
+    /// downstream key), by the cause that made them extra calls.
+    pub absorbed: CauseCounts,
 }
 
 impl Verdict {

@@ -1,7 +1,7 @@
 //! The driver variants: the store is the correct one, and the driver changes what it feeds
 //! the attempt machine, or sends on its own, at an abnormal end (MODEL.md, rule 11).
 
-use idem_core::{Fingerprint, OwnerToken, Record, Timestamp};
+use idem_core::{DownstreamKey, Fingerprint, Key, Operation, OwnerToken, Record, Timestamp};
 
 use super::Variant;
 
@@ -14,6 +14,7 @@ impl Variant {
                 | Variant::PanicReleases
                 | Variant::CorruptFailsOpen
                 | Variant::AbsentCommitRolledBack
+                | Variant::DownstreamKeyPerAttempt
         )
     }
 
@@ -56,5 +57,23 @@ impl Variant {
         } else {
             read
         }
+    }
+
+    /// The downstream key the driver hands the action of attempt `owner` on (`operation`,
+    /// `key`): the call's own (MODEL.md `D1`), except under
+    /// [`Variant::DownstreamKeyPerAttempt`], which derives it from the attempt's owner
+    /// token, so that every attempt sends its provider another key.
+    pub fn downstream_key(
+        self,
+        operation: &Operation,
+        key: &Key,
+        owner: OwnerToken,
+    ) -> DownstreamKey {
+        if self == Variant::DownstreamKeyPerAttempt
+            && let Ok(per_attempt) = Key::new(owner.to_string())
+        {
+            return DownstreamKey::derive(operation, &per_attempt);
+        }
+        DownstreamKey::derive(operation, key)
     }
 }

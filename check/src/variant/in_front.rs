@@ -125,7 +125,8 @@ impl Variant {
                 | Variant::PanicReleases
                 | Variant::CorruptFailsOpen
                 | Variant::CommitWithoutOwnerCheck
-                | Variant::AbsentCommitRolledBack,
+                | Variant::AbsentCommitRolledBack
+                | Variant::DownstreamKeyPerAttempt,
                 _,
             ) => return None,
         })

@@ -122,6 +122,12 @@ pub enum Variant {
     /// the read) then lands: `RolledBack` said of writes that committed (`T1`;
     /// [`Variant::fed_commit_read`]).
     AbsentCommitRolledBack,
+    /// BROKEN driver: the downstream key an action passes to its provider is derived from
+    /// the attempt (its owner token) instead of the call's (operation, key), so the caller
+    /// that takes a key over, or retries after a fail-open run, sends the provider a new
+    /// key, and a provider that deduplicates by it charges again (`D1`;
+    /// [`Variant::downstream_key`]).
+    DownstreamKeyPerAttempt,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -129,7 +135,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 22] = [
+    pub const ALL: [Variant; 23] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -152,6 +158,7 @@ impl Variant {
         Variant::CorruptFailsOpen,
         Variant::CommitWithoutOwnerCheck,
         Variant::AbsentCommitRolledBack,
+        Variant::DownstreamKeyPerAttempt,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -184,6 +191,7 @@ impl Variant {
             Variant::CorruptFailsOpen => "corrupt-fails-open",
             Variant::CommitWithoutOwnerCheck => "commit-without-owner-check",
             Variant::AbsentCommitRolledBack => "absent-commit-rolled-back",
+            Variant::DownstreamKeyPerAttempt => "downstream-key-per-attempt",
         }
     }
 }

@@ -20,6 +20,7 @@ use idem::{Answer, BoxError, Ending, Error, InFlightPolicy, Key, Provenance, Sto
 use tower::Service;
 
 use super::{Config, DispositionFn, RequestBody};
+use crate::claimed::Claimed;
 use crate::disposition::Disposition;
 use crate::header::{KeyHeaderError, key_from_headers};
 use crate::problem::{Problem, ProblemType};
@@ -190,11 +191,13 @@ impl<S: Store> Config<S> {
                 None => Box::pin(handle.execute_with_ending(
                     key.as_str(),
                     fingerprint,
-                    move |_claim| async move {
+                    move |claim| async move {
                         // Not ready is a failure before the request was handed over: nothing ran.
                         if let Err(error) = std::future::poll_fn(|cx| inner.poll_ready(cx)).await {
                             return Ending::Failed(Failure::Service(error));
                         }
+                        let mut request = request;
+                        request.extensions_mut().insert(Claimed(claim));
                         respond(inner.call(request), &*disposition, limit).await
                     },
                 )),
@@ -204,13 +207,14 @@ impl<S: Store> Config<S> {
                     Box::pin(handle.execute_in_transaction_with_ending(
                         key.as_str(),
                         fingerprint,
-                        move |_claim| async move {
+                        move |claim| async move {
                             if let Err(error) =
                                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await
                             {
                                 return Ending::Failed(Failure::Service(error));
                             }
                             let mut request = request;
+                            request.extensions_mut().insert(Claimed(claim));
                             let loan = match begin().await {
                                 Ok(loan) => loan,
                                 Err(error) => return Ending::Failed(Failure::Begin(error)),

@@ -7,7 +7,7 @@
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use idem_check::{EventKind, History, KeySpec, Variant};
+use idem_check::{EventKind, History, KeySpec, Provider, Variant};
 use idem_core::Record;
 
 use crate::faults::Exercised;
@@ -287,6 +287,12 @@ impl<'p> World<'p> {
         }
     }
 
+    /// The provider model the run's requests are judged at (MODEL.md `D1`).
+    pub(crate) fn with_provider(mut self, provider: Provider) -> Self {
+        self.history.provider = provider;
+        self
+    }
+
     /// End of run: the judge reads the run's history; what it found, and the cause of every
     /// extra effect, go into the report.
     fn finish(mut self) -> RunReport {
@@ -297,6 +303,8 @@ impl<'p> World<'p> {
         self.report.violations = verdict.violations;
         self.report.extra = verdict.extra;
         self.report.extra_transactional = verdict.extra_transactional;
+        self.report.extra_at_provider = verdict.extra_at_provider;
+        self.report.absorbed = verdict.absorbed;
         self.report.trace = self.trace.take();
         self.report.history = self.history;
         self.report

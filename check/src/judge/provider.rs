@@ -1,0 +1,79 @@
+//! The provider's side (MODEL.md `D1`): every request an action sends carries the downstream
+//! key of its (operation, key), and the run's [`Provider`](crate::Provider) model decides
+//! which requests are effects there.
+//!
+//! `I7` is judged on every request that reached the provider (`effects`): it is idem's rule,
+//! and a provider that deduplicates must not hide a bug of idem's. Here the same requests
+//! are counted as the provider sees them: the extra effects it made, and the extra calls it
+//! absorbed, each by its cause.
+
+use idem_core::{DownstreamKey, Key, Operation};
+
+use super::effects::{causes, charges_by_key};
+use super::{Cause, Rule, Run, Verdict};
+
+pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
+    downstream_keys(run, verdict);
+    let provider = run.history.provider;
+    for requests in charges_by_key(run) {
+        // A key with effects that commit with the record is `T1`'s: they are writes in the
+        // store's database, not requests to a provider.
+        if requests.len() < 2 || super::transaction::has_commits(run, &requests) {
+            continue;
+        }
+        // The extra calls, each under its cause, as `I7` counts them; those the provider
+        // made effects of, counted the same way; the difference it absorbed.
+        let mut absorbed: Vec<Cause> = causes(run, &requests)
+            .into_iter()
+            .take(requests.len() - 1)
+            .collect();
+        let effects = provider.effects(&requests);
+        let extra_effects = causes(run, &effects)
+            .into_iter()
+            .take(effects.len().saturating_sub(1));
+        for cause in extra_effects {
+            verdict.extra_at_provider.add(cause);
+            if let Some(i) = absorbed.iter().position(|c| *c == cause) {
+                absorbed.swap_remove(i);
+            }
+        }
+        if effects.len() < requests.len() {
+            for cause in absorbed {
+                verdict.absorbed.add(cause);
+            }
+        }
+    }
+}
+
+/// `D1`: a request that carries a downstream key carries its (operation, key)'s.
+fn downstream_keys(run: &Run<'_>, verdict: &mut Verdict) {
+    for (line, request) in run.history.statement.lines().iter().enumerate() {
+        let Some(sent) = request.downstream else {
+            continue;
+        };
+        let Some(spec) = run.history.keys.get(request.key) else {
+            continue;
+        };
+        let (Ok(operation), Ok(key)) = (Operation::new(&spec.operation), Key::new(&spec.key))
+        else {
+            continue;
+        };
+        let expected = DownstreamKey::derive(&operation, &key);
+        if sent != expected {
+            let event = request
+                .by
+                .and_then(|who| run.facts[who].charge)
+                .filter(|(_, charged)| *charged == line)
+                .map(|(event, _)| event);
+            let by = request.by.map_or("nobody known", |who| run.label(who));
+            let detail = format!(
+                "{} by {by} under key {} ({} {}) carried the downstream key {sent}, not its \
+                 call's {expected}: a provider that deduplicates by it sees another call",
+                request.id, request.key, spec.operation, spec.key
+            );
+            verdict
+                .violations
+                .push(run.violation(Rule::DownstreamKeyStable, event, detail));
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! What the downstream key buys (MODEL.md `D1`): the same runs judged at a provider without
+//! idempotency and at one that deduplicates by the downstream key. idem's own rules hold at
+//! both (`I7` is judged on every request that reached the provider); at the plain provider
+//! every extra call is an extra effect, each with its cause, and at the keyed one none is:
+//! the lease lost, the holder crashed or paused, the fail-open run, the retry after the
+//! record expired all send the key the first call sent, and the provider answers them with
+//! its first effect.
+
+use idem_sim::{Cause, Config, Provider, Summary, explore};
+
+const SEEDS: u64 = 1_000;
+
+fn at(provider: Provider) -> Summary {
+    let config = Config {
+        provider,
+        ..Config::default()
+    };
+    explore(0, SEEDS, &config, |_| {}).unwrap()
+}
+
+#[test]
+fn a_provider_that_deduplicates_by_the_downstream_key_makes_no_extra_effect() {
+    let plain = at(Provider::Plain);
+    let keyed = at(Provider::Keyed);
+    for summary in [&plain, &keyed] {
+        assert!(summary.failing_seeds.is_empty(), "{summary}");
+    }
+    // The same runs: the provider model changes what counts as an effect, not the run.
+    assert_eq!(plain.requests, keyed.requests);
+    assert_eq!(plain.extra, keyed.extra);
+
+    // At the plain provider every extra call is an extra effect, with its cause; the
+    // causes the downstream key is for all occur in these seeds.
+    assert_eq!(plain.extra_at_provider, plain.extra, "{plain}");
+    assert_eq!(plain.absorbed.total(), 0, "{plain}");
+    for cause in [
+        Cause::LeaseExpired,
+        Cause::HolderCrashed,
+        Cause::FailOpen,
+        Cause::RetentionExpired,
+    ] {
+        assert!(
+            plain.extra.get(cause) > 0,
+            "no {} in {SEEDS} seeds: {plain}",
+            cause.name()
+        );
+    }
+
+    // At the keyed one, none: every extra call was absorbed, under the cause that made it.
+    assert_eq!(keyed.extra_at_provider.total(), 0, "{keyed}");
+    assert_eq!(keyed.absorbed, keyed.extra, "{keyed}");
+}
+
+#[test]
+fn the_provider_is_named_on_the_command_line() {
+    for provider in Provider::ALL {
+        assert_eq!(provider.name().parse::<Provider>(), Ok(provider));
+    }
+    let err = "lenient".parse::<Provider>().unwrap_err();
+    assert!(err.to_string().contains("keyed"), "{err}");
+}
