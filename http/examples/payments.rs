@@ -19,6 +19,11 @@
 //! the charges that run finish and be recorded for `--shutdown-grace-ms`, cuts the rest
 //! (their keys are left to their leases) and prints what it did as one line,
 //! `shutdown finished=N cut=M`.
+//!
+//! With `--provider-url URL`, charges go to a provider over HTTP that deduplicates by its own
+//! `Idempotency-Key` (`examples/provider.rs`), and each request's downstream key is that key:
+//! every attempt of one payment is one charge there, even the second run idem can only
+//! report, of a holder paused past its lease and taken over (MODEL.md `D1`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -69,7 +74,13 @@ pub(crate) struct Args {
     /// `--redis`; the key is the raw header, with no parsing, fingerprint or response codec.
     #[arg(long, requires = "redis", conflicts_with = "no_idempotency")]
     bare_store: bool,
-    /// Append each charge to this file as `<key> <id>`: one statement for many processes.
+    /// Charge through a provider over HTTP with idempotency of its own (`examples/provider.rs`),
+    /// sending it each request's downstream key (MODEL.md `D1`), instead of the provider in
+    /// this process.
+    #[arg(long, value_name = "URL")]
+    provider_url: Option<String>,
+    /// Append each charge to this file as `<key> <id> <downstream>`: one statement for many
+    /// processes.
     #[arg(long)]
     ledger: Option<PathBuf>,
     /// The lease of a running charge, in milliseconds (renewed while it runs): how long a
@@ -88,12 +99,62 @@ enum InFlight {
     Raise,
 }
 
-/// The card provider: every charge is on the statement from the moment it is made.
+/// The card provider: in this process (every charge on the statement from the moment it is
+/// made, with no idempotency of its own), or a remote one with its own (`--provider-url`).
 #[derive(Debug)]
 struct Provider {
     statement: Mutex<Vec<String>>,
     ledger: Option<PathBuf>,
     takes: Duration,
+    remote: Option<Remote>,
+}
+
+/// A provider over HTTP that deduplicates by its `Idempotency-Key` (`examples/provider.rs`).
+#[derive(Debug)]
+struct Remote {
+    client: reqwest::Client,
+    charges: String,
+}
+
+impl Remote {
+    /// Charges under `key`, the provider's own idempotency key. While the provider says the
+    /// same key is in progress (409, a takeover racing a paused holder's request), asks again
+    /// after its `Retry-After`, for up to 30 s.
+    async fn charge(&self, key: &str, order: &Order) -> Result<String, String> {
+        let body = json!({ "amount": order.amount, "currency": order.currency });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let response = self
+                .client
+                .post(&self.charges)
+                .header("idempotency-key", key)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|error| format!("the provider did not answer: {error}"))?;
+            let status = response.status();
+            if status == StatusCode::CONFLICT && tokio::time::Instant::now() < deadline {
+                let wait = response
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+                    .map_or(Duration::from_millis(200), Duration::from_secs);
+                tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(format!("the provider answered {status}"));
+            }
+            let charge: serde_json::Value = response
+                .json()
+                .await
+                .map_err(|error| format!("the provider's answer is not JSON: {error}"))?;
+            return charge["id"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| "the provider's answer has no id".to_owned());
+        }
+    }
 }
 
 impl Provider {
@@ -101,7 +162,23 @@ impl Provider {
     /// downstream key is what a real provider would take as its own `Idempotency-Key`
     /// (MODEL.md `D1`): the same on every attempt of one request, so the ledger shows which
     /// charges one request made, and a provider that deduplicates by it would have made one.
-    async fn charge(&self, key: Option<&str>, claimed: Option<Claimed>) -> String {
+    ///
+    /// With a remote provider, the downstream key is sent as its `Idempotency-Key` (the
+    /// client's key where the handler runs without the layer).
+    async fn charge(
+        &self,
+        key: Option<&str>,
+        claimed: Option<Claimed>,
+        order: &Order,
+    ) -> Result<String, String> {
+        if let Some(remote) = &self.remote {
+            let idempotency_key = match (&claimed, key) {
+                (Some(claimed), _) => claimed.downstream_key().to_string(),
+                (None, Some(key)) => key.to_owned(),
+                (None, None) => return Err("no key to send the provider".to_owned()),
+            };
+            return remote.charge(&idempotency_key, order).await;
+        }
         let id = {
             let mut statement = self.statement.lock().unwrap_or_else(|e| e.into_inner());
             let id = format!("ch_{}_{}", std::process::id(), statement.len() + 1);
@@ -125,7 +202,7 @@ impl Provider {
         if !self.takes.is_zero() {
             tokio::time::sleep(self.takes).await;
         }
-        id
+        Ok(id)
     }
 }
 
@@ -150,9 +227,15 @@ async fn create_charge(
         return (StatusCode::PAYMENT_REQUIRED, Json(error)).into_response();
     }
     // Under the layer, the request's claim gives the key to pass on to the provider.
-    let id = provider
-        .charge(key.as_ref().map(IdempotencyKey::as_str), claimed)
-        .await;
+    let id = match provider
+        .charge(key.as_ref().map(IdempotencyKey::as_str), claimed, &order)
+        .await
+    {
+        Ok(id) => id,
+        Err(error) => {
+            return (StatusCode::BAD_GATEWAY, Json(json!({ "error": error }))).into_response();
+        }
+    };
     let location = format!("/charges/{id}");
     let body = json!({ "id": id, "amount": order.amount, "currency": order.currency });
     (
@@ -206,7 +289,9 @@ impl BareStore {
         let Ok(order) = serde_json::from_slice::<Order>(body) else {
             return StatusCode::BAD_REQUEST.into_response();
         };
-        let id = provider.charge(Some(key.as_str()), None).await;
+        let Ok(id) = provider.charge(Some(key.as_str()), None, &order).await else {
+            return StatusCode::BAD_GATEWAY.into_response();
+        };
         let answer = json!({ "id": id, "amount": order.amount, "currency": order.currency });
         let answer = serde_json::to_vec(&answer).unwrap_or_default();
         let complete = Command::Complete {
@@ -248,6 +333,10 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         statement: Mutex::new(Vec::new()),
         ledger: args.ledger.clone(),
         takes: Duration::from_millis(args.action_ms),
+        remote: args.provider_url.as_ref().map(|url| Remote {
+            client: reqwest::Client::new(),
+            charges: format!("{}/charges", url.trim_end_matches('/')),
+        }),
     });
     let charges = post(create_charge);
     let (charges, coordinator) = if args.no_idempotency {
