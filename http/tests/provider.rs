@@ -20,105 +20,31 @@ mod provider;
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use support::RedisServer;
+use support::process::{ExampleProcess, child_args, free_port, run_test, serve};
 
 const PAYMENTS: &str = "IDEM_PAYMENTS_ARGS";
 const PROVIDER: &str = "IDEM_PROVIDER_ARGS";
 const KEYS: usize = 8;
 
 fn main() {
-    let served = |var: &str| {
-        std::env::var(var)
-            .ok()
-            .map(|args| args.split('\u{1f}').map(str::to_owned).collect::<Vec<_>>())
-    };
-    if let Some(args) = served(PAYMENTS) {
-        let args = payments::Args::parse_from(std::iter::once("payments".to_owned()).chain(args));
-        serve(payments::run(args));
-        return;
-    }
-    if let Some(args) = served(PROVIDER) {
-        let args = provider::Args::parse_from(std::iter::once("provider".to_owned()).chain(args));
-        serve(provider::run(args));
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider())
-    }));
-    match outcome {
-        Ok(()) => println!("provider: 1 passed, 0 failed"),
-        Err(_) => {
-            println!("provider: 0 passed, 1 failed");
-            std::process::exit(1);
-        }
+    if let Some(args) = child_args(PAYMENTS, "payments") {
+        serve(payments::run(payments::Args::parse_from(args)));
+    } else if let Some(args) = child_args(PROVIDER, "provider") {
+        serve(provider::run(provider::Args::parse_from(args)));
+    } else {
+        run_test(
+            "provider",
+            a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider(),
+        );
     }
 }
 
-fn serve(server: impl std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>) {
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    if let Err(error) = runtime.block_on(server) {
-        eprintln!("{error}");
-        std::process::exit(1);
-    }
-}
-
-/// One child process serving an example; killed when dropped.
-struct Child_ {
-    child: Child,
-}
-
-impl Child_ {
-    /// Starts this binary serving the example named by `var` with `args`, and waits for its
-    /// first line, which says it listens.
-    fn start(var: &str, args: &[&str], listening: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("this binary"))
-            .env(var, args.join("\u{1f}"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a child process");
-        let stdout = child.stdout.take().expect("its stdout");
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
-            .expect("its first line");
-        assert!(first.starts_with(listening), "{first}");
-        Self { child }
-    }
-
-    fn signal(&self, signal: &str) {
-        let sent = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-    }
-}
-
-impl Drop for Child_ {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("an ephemeral port");
-    listener.local_addr().expect("its address").port()
-}
-
-fn payments(port: u16, redis: &str, provider: &str) -> Child_ {
-    Child_::start(
+fn payments(port: u16, redis: &str, provider: &str) -> ExampleProcess {
+    ExampleProcess::start(
         PAYMENTS,
         &[
             "--addr",
@@ -151,7 +77,7 @@ async fn post(
 async fn a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider() {
     let redis = RedisServer::start();
     let provider_port = free_port();
-    let _provider = Child_::start(
+    let _provider = ExampleProcess::start(
         PROVIDER,
         &[
             "--addr",

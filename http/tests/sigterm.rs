@@ -16,106 +16,61 @@ mod payments;
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use support::RedisServer;
+use support::process::{ExampleProcess, child_args, free_port, run_test, serve};
 
 const CHILD: &str = "IDEM_PAYMENTS_ARGS";
 const KEYS: usize = 60;
 
 fn main() {
-    if let Ok(args) = std::env::var(CHILD) {
-        let args =
-            payments::Args::parse_from(std::iter::once("payments").chain(args.split('\u{1f}')));
-        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        if let Err(error) = runtime.block_on(payments::run(args)) {
-            eprintln!("payments: {error}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(a_sigterm_mid_load_leaves_no_extra_charge_unreported())
-    }));
-    match outcome {
-        Ok(()) => println!("sigterm: 1 passed, 0 failed"),
-        Err(_) => {
-            println!("sigterm: 0 passed, 1 failed");
-            std::process::exit(1);
-        }
+    if let Some(args) = child_args(CHILD, "payments") {
+        serve(payments::run(payments::Args::parse_from(args)));
+    } else {
+        run_test(
+            "sigterm",
+            a_sigterm_mid_load_leaves_no_extra_charge_unreported(),
+        );
     }
 }
 
-/// One process of the payments example, its stdout read line by line.
+/// One process of the payments example.
 struct Server {
-    port: u16,
-    child: Child,
-    lines: mpsc::Receiver<String>,
+    process: ExampleProcess,
 }
 
 impl Server {
     fn start(port: u16, redis: &str, ledger: &Path) -> Self {
-        let args = [
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-            "--redis",
-            redis,
-            "--ledger",
-            &ledger.display().to_string(),
-            "--action-ms",
-            "400",
-            "--lease-ms",
-            "1500",
-            "--shutdown-grace-ms",
-            "150",
-        ]
-        .join("\u{1f}");
-        let mut child = Command::new(std::env::current_exe().expect("this binary"))
-            .env(CHILD, args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start a payments process");
-        let stdout = child.stdout.take().expect("its stdout");
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if send.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let server = Self { port, child, lines };
-        let first = server.line(Duration::from_secs(20));
-        assert!(first.starts_with("payments on"), "{first}");
-        server
-    }
-
-    fn line(&self, within: Duration) -> String {
-        self.lines
-            .recv_timeout(within)
-            .unwrap_or_else(|error| panic!("no line from port {}: {error}", self.port))
+        let ledger = ledger.display().to_string();
+        let process = ExampleProcess::start(
+            CHILD,
+            &[
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+                "--redis",
+                redis,
+                "--ledger",
+                &ledger,
+                "--action-ms",
+                "400",
+                "--lease-ms",
+                "1500",
+                "--shutdown-grace-ms",
+                "150",
+            ],
+            "payments on",
+        );
+        Self { process }
     }
 
     /// Sends SIGTERM and reads the stop's report: (finished, cut).
     fn terminate(mut self) -> (usize, usize) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-        let report = self.line(Duration::from_secs(20));
-        let status = self.child.wait().expect("the process ends");
+        self.process.signal("-TERM");
+        let report = self.process.line(Duration::from_secs(20));
+        let status = self.process.wait();
         assert!(status.success(), "{status}");
         let field = |name: &str| -> usize {
             report
@@ -127,18 +82,6 @@ impl Server {
         assert!(report.starts_with("shutdown "), "{report}");
         (field("finished="), field("cut="))
     }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("an ephemeral port");
-    listener.local_addr().expect("its address").port()
 }
 
 /// Sends `key`'s charge until it is answered 201, trying the two servers in turn (one may be

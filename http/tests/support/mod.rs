@@ -9,6 +9,7 @@
 
 pub mod broken;
 pub mod checks;
+pub mod process;
 pub mod redis;
 
 use std::collections::VecDeque;
