@@ -275,6 +275,42 @@ impl Default for Shape {
     }
 }
 
+/// The two requests of each slot: (amount, fingerprint of operation, key and amount). They
+/// depend on the slots' names alone, which depend on the shape alone, so they are hashed
+/// once per process and shape (the longest keys are 255 characters: five SHA-256 blocks
+/// each, for every run otherwise).
+fn request_fingerprints(slots: &[Slot]) -> Vec<(u32, Fingerprint)> {
+    type Cached = Vec<(Vec<(String, String)>, Vec<(u32, Fingerprint)>)>;
+    static CACHE: std::sync::Mutex<Cached> = std::sync::Mutex::new(Vec::new());
+    let names: Vec<(String, String)> = slots
+        .iter()
+        .map(|slot| {
+            (
+                slot.operation.as_str().to_owned(),
+                slot.key.as_str().to_owned(),
+            )
+        })
+        .collect();
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, fingerprints)) = cache.iter().find(|(cached, _)| *cached == names) {
+        return fingerprints.clone();
+    }
+    let mut fingerprints = Vec::with_capacity(slots.len() * 2);
+    for (i, (operation, key)) in names.iter().enumerate() {
+        for extra in 0..2u32 {
+            let amount = 100 + i as u32 + extra;
+            let text = format!("{operation}|{key}|{amount}");
+            fingerprints.push((amount, Fingerprint::of_bytes(text.as_bytes())));
+        }
+    }
+    if cache.len() < 16 {
+        cache.push((names, fingerprints.clone()));
+    }
+    fingerprints
+}
+
 impl Plan {
     /// A random plan of `shape`, drawn from `rng`.
     pub fn random(rng: &mut SimRng, shape: Shape) -> Result<Plan, PlanError> {
@@ -320,14 +356,7 @@ impl Plan {
                 slot.transactional = rng.chance(333);
             }
         }
-        let mut fingerprints = Vec::with_capacity(slots.len() * 2);
-        for (i, slot) in slots.iter().enumerate() {
-            for extra in 0..2u32 {
-                let amount = 100 + i as u32 + extra;
-                let text = format!("{}|{}|{amount}", slot.operation.as_str(), slot.key.as_str());
-                fingerprints.push((amount, Fingerprint::of_bytes(text.as_bytes())));
-            }
-        }
+        let fingerprints = request_fingerprints(&slots);
 
         let network = if on(FaultKind::Network) {
             NetworkPlan {

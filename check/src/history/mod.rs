@@ -23,7 +23,7 @@
 //! Its `Display` is the run as a story, one line per event, which a counterexample prints.
 
 use idem_core::record::{Command, CommandKind, Record, Reply};
-use idem_core::{DownstreamKey, Fingerprint, Outcome, OwnerToken};
+use idem_core::{DownstreamKey, Fingerprint, Key, Operation, Outcome, OwnerToken};
 
 use crate::statement::{Provider, Statement};
 
@@ -44,6 +44,35 @@ pub struct KeySpec {
     pub filed: Option<(String, String)>,
     /// Whether the key holds a value that is not a record when the run starts.
     pub corrupt: bool,
+}
+
+impl KeySpec {
+    /// The downstream key of calls under this key (MODEL.md `D1`), or `None` when its names
+    /// are not a valid operation and key. Remembered for the last few keys asked about, in
+    /// the whole process: a simulation asks for the same few keys in every run, and a key
+    /// of 255 characters is five SHA-256 blocks.
+    pub fn downstream_key(&self) -> Option<DownstreamKey> {
+        type Remembered = Vec<((String, String), Option<DownstreamKey>)>;
+        static REMEMBERED: std::sync::Mutex<Remembered> = std::sync::Mutex::new(Vec::new());
+        let mut remembered = REMEMBERED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, key)) = remembered
+            .iter()
+            .find(|((operation, key), _)| *operation == self.operation && *key == self.key)
+        {
+            return *key;
+        }
+        let derived = match (Operation::new(&self.operation), Key::new(&self.key)) {
+            (Ok(operation), Ok(key)) => Some(DownstreamKey::derive(&operation, &key)),
+            _ => None,
+        };
+        if remembered.len() >= 64 {
+            remembered.remove(0);
+        }
+        remembered.push(((self.operation.clone(), self.key.clone()), derived));
+        derived
+    }
 }
 
 /// An attempt of the run: one try of one caller, with an owner token of its own.

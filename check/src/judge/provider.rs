@@ -7,7 +7,7 @@
 //! are counted as the provider sees them: the extra effects it made, and the extra calls it
 //! absorbed, each by its cause.
 
-use idem_core::{DownstreamKey, Key, Operation};
+use idem_core::DownstreamKey;
 
 use super::effects::{causes, charges_by_key};
 use super::{Cause, Rule, Run, Verdict};
@@ -47,18 +47,21 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
 
 /// `D1`: a request that carries a downstream key carries its (operation, key)'s.
 fn downstream_keys(run: &Run<'_>, verdict: &mut Verdict) {
+    // Each key's downstream key, derived once per key.
+    let mut derived: Vec<Option<Option<DownstreamKey>>> = vec![None; run.history.keys.len()];
     for (line, request) in run.history.statement.lines().iter().enumerate() {
         let Some(sent) = request.downstream else {
             continue;
         };
-        let Some(spec) = run.history.keys.get(request.key) else {
+        let (Some(spec), Some(slot)) = (
+            run.history.keys.get(request.key),
+            derived.get_mut(request.key),
+        ) else {
             continue;
         };
-        let (Ok(operation), Ok(key)) = (Operation::new(&spec.operation), Key::new(&spec.key))
-        else {
+        let Some(expected) = *slot.get_or_insert_with(|| spec.downstream_key()) else {
             continue;
         };
-        let expected = DownstreamKey::derive(&operation, &key);
         if sent != expected {
             let event = request
                 .by

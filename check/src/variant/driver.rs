@@ -59,14 +59,14 @@ impl Variant {
         }
     }
 
-    /// The downstream key the driver hands the action of attempt `owner` on (`operation`,
-    /// `key`): the call's own (MODEL.md `D1`), except under
+    /// The downstream key the driver hands the action of attempt `owner` under `operation`,
+    /// whose call's own key (MODEL.md `D1`) is `call`: that one, except under
     /// [`Variant::DownstreamKeyPerAttempt`], which derives it from the attempt's owner
     /// token, so that every attempt sends its provider another key.
     pub fn downstream_key(
         self,
+        call: DownstreamKey,
         operation: &Operation,
-        key: &Key,
         owner: OwnerToken,
     ) -> DownstreamKey {
         if self == Variant::DownstreamKeyPerAttempt
@@ -74,6 +74,6 @@ impl Variant {
         {
             return DownstreamKey::derive(operation, &per_attempt);
         }
-        DownstreamKey::derive(operation, key)
+        call
     }
 }

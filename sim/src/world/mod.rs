@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
 use idem_check::{EventKind, History, KeySpec, Provider, Variant};
-use idem_core::Record;
+use idem_core::{DownstreamKey, Record};
 
 use crate::faults::Exercised;
 use crate::plan::Plan;
@@ -68,6 +68,8 @@ pub(crate) struct World<'p> {
     budget: u64,
     /// Transactional writes made so far, committed or not (their ids are `tx_N`).
     writes: u64,
+    /// Each plan slot's downstream key (MODEL.md `D1`), derived once per run.
+    downstream: Vec<DownstreamKey>,
 }
 
 impl<'p> World<'p> {
@@ -94,6 +96,7 @@ impl<'p> World<'p> {
             trace: trace.then(String::new),
             budget: EVENT_BUDGET,
             writes: 0,
+            downstream: Vec::with_capacity(plan.slots.len()),
         };
         for slot in &plan.slots {
             let (operation, key) = (slot.operation.as_str(), slot.key.as_str());
@@ -105,6 +108,11 @@ impl<'p> World<'p> {
                     .then(|| (filed.0.to_owned(), filed.1.to_owned())),
                 corrupt: slot.corrupt,
             });
+            let spec = world.history.keys.last().expect("the key just added");
+            let downstream = spec
+                .downstream_key()
+                .unwrap_or_else(|| DownstreamKey::derive(&slot.operation, &slot.key));
+            world.downstream.push(downstream);
         }
         world.trace_plan();
         for (i, client) in plan.clients.iter().enumerate() {

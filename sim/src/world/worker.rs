@@ -112,9 +112,11 @@ impl World<'_> {
         self.report.effects += 1;
         // The request carries the call's downstream key (MODEL.md `D1`), as the driver's
         // claim hands it to the action.
-        let downstream =
-            self.variant
-                .downstream_key(w.attempt.operation(), w.attempt.key(), w.attempt.owner());
+        let downstream = self.variant.downstream_key(
+            self.downstream[w.slot],
+            w.attempt.operation(),
+            w.attempt.owner(),
+        );
         let at = self.store_now();
         let id = self.history.charge_sending(at, worker, Some(downstream));
         if let Some(out) = self.trace.as_mut() {
