@@ -97,7 +97,8 @@ impl DownstreamKey {
     }
 }
 
-fn push_hex(out: &mut String, byte: u8) {
+/// Appends `byte` as two lowercase hex digits (also the tenant scope's, `Operation::for_tenant`).
+pub(crate) fn push_hex(out: &mut String, byte: u8) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(char::from(HEX[usize::from(byte >> 4)]));
     out.push(char::from(HEX[usize::from(byte & 0xf)]));

@@ -164,8 +164,7 @@ impl Operation {
         name.push_str(&self.0);
         name.push_str(TENANT_SCOPE);
         for byte in &digest[..16] {
-            name.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-            name.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+            crate::downstream::push_hex(&mut name, *byte);
         }
         Ok(Self(name.into()))
     }

@@ -53,8 +53,7 @@ mod extract {
     use http::request::Parts;
 
     use super::{ClaimUnavailable, Claimed};
-    use crate::disposition::Disposition;
-    use crate::problem::{Problem, ProblemType};
+    use crate::problem::Problem;
 
     impl<S: Send + Sync> FromRequestParts<S> for Claimed {
         type Rejection = ClaimUnavailable;
@@ -79,13 +78,11 @@ mod extract {
     }
 
     impl IntoResponse for ClaimUnavailable {
-        /// 500 [`Internal`](ProblemType::Internal), marked [`Disposition::Release`]: the
-        /// handler never ran, so nothing happened.
+        /// 500 [`Internal`](crate::ProblemType::Internal), marked
+        /// [`Disposition::Release`](crate::Disposition::Release): the handler never ran, so
+        /// nothing happened.
         fn into_response(self) -> Response {
-            let detail = format!("{self}; the request was not processed.");
-            let mut response = Problem::new(ProblemType::Internal, detail).into_response();
-            response.extensions_mut().insert(Disposition::Release);
-            response
+            Problem::handler_not_run(&self)
         }
     }
 }

@@ -227,6 +227,20 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// The answer of an extractor that found nothing to hand the handler (no claim, no
+    /// transaction): 500 [`Internal`](ProblemType::Internal) saying why, marked
+    /// [`Disposition::Release`](crate::Disposition::Release), since the handler never ran.
+    #[cfg(feature = "axum")]
+    pub(crate) fn handler_not_run(why: &impl fmt::Display) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let detail = format!("{why}; the request was not processed.");
+        let mut response = Problem::new(ProblemType::Internal, detail).into_response();
+        response
+            .extensions_mut()
+            .insert(crate::Disposition::Release);
+        response
+    }
+
     /// A problem of `kind`, its detail saying what is wrong with this request.
     pub fn new(kind: ProblemType, detail: impl Into<String>) -> Self {
         Self {

@@ -37,10 +37,8 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
                 absorbed.swap_remove(i);
             }
         }
-        if effects.len() < requests.len() {
-            for cause in absorbed {
-                verdict.absorbed.add(cause);
-            }
+        for cause in absorbed {
+            verdict.absorbed.add(cause);
         }
     }
 }
