@@ -101,17 +101,19 @@ impl<'p> World<'p> {
         for slot in &plan.slots {
             let (operation, key) = (slot.operation.as_str(), slot.key.as_str());
             let filed = variant.files_as(operation, key);
-            world.history.add_key(KeySpec {
+            let spec = KeySpec {
                 operation: operation.to_owned(),
                 key: key.to_owned(),
                 filed: (filed != (operation, key))
                     .then(|| (filed.0.to_owned(), filed.1.to_owned())),
                 corrupt: slot.corrupt,
-            });
-            let spec = world.history.keys.last().expect("the key just added");
+            };
+            // The judge's derivation of the same names (remembered across runs); the slot's
+            // names are a valid operation and key, so it always has one.
             let downstream = spec
                 .downstream_key()
                 .unwrap_or_else(|| DownstreamKey::derive(&slot.operation, &slot.key));
+            world.history.add_key(spec);
             world.downstream.push(downstream);
         }
         world.trace_plan();
