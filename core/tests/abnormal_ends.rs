@@ -85,6 +85,7 @@ fn a_late_reply_after_the_deadline_is_refused_as_a_driver_bug() {
     let granted = Reply::Reserved(idem_core::Reservation {
         owner: OwnerToken::from_u128(1),
         lease_until: None,
+        fence: None,
     });
     assert_eq!(
         a.handle_reply(granted, reply_by),

@@ -176,6 +176,7 @@ fn someone_else(lease_until: u64) -> Record {
         owner: OwnerToken::from_u128(99),
         fingerprint: fp(1),
         lease_until: Timestamp::from_millis(lease_until),
+        fence: None,
     }
 }
 
@@ -488,6 +489,7 @@ fn a_reply_that_answers_another_command_is_a_store_failure() {
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
         lease_until: Some(Timestamp::from_millis(30_000)),
+        fence: None,
     };
     a.handle_reply(Reply::Reserved(foreign), now).unwrap();
     assert_ne!(a.poll(now), Step::Run);

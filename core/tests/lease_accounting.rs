@@ -221,6 +221,7 @@ fn a_grant_naming_another_owner_is_not_taken_as_ours() {
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
         lease_until: Some(at(30_000)),
+        fence: None,
     };
     a.handle_reply(Reply::Reserved(foreign), at(0)).unwrap();
     assert_ne!(a.poll(at(0)), Step::Run);
@@ -251,6 +252,7 @@ fn a_renewal_granted_to_another_owner_does_not_extend_this_callers_lease() {
     let foreign = idem_core::Reservation {
         owner: OwnerToken::from_u128(2),
         lease_until: Some(at(t + 10 * lease)),
+        fence: None,
     };
     a.handle_reply(Reply::Renewed(foreign), at(t)).unwrap();
     // Only the lease confirmed by the reserve counts: it still ends where the reserve's

@@ -113,6 +113,7 @@ fn lease_left_is_zero_once_lost_and_none_without_a_reservation() {
         owner: idem_core::OwnerToken::from_u128(9),
         fingerprint: idem_core::Fingerprint::of_bytes(b"amount=100"),
         lease_until: at(60_000),
+        fence: None,
     });
     let Step::Send { command, .. } = a.poll(at(400)) else {
         panic!("expected a renewal")

@@ -254,6 +254,7 @@ fn to_record(model: &Model) -> Option<Record> {
             owner: owner(o),
             fingerprint: fp(f),
             lease_until: Timestamp::from_millis(until),
+            fence: None,
         }),
         Model::Done {
             owner: o,
@@ -276,6 +277,7 @@ fn to_reply(answer: &Answer) -> Reply {
         Answer::Reserved { owner: o, until } => Reply::Reserved(Reservation {
             owner: owner(*o),
             lease_until: Some(at(*until)),
+            fence: None,
         }),
         Answer::InFlight { until } => Reply::InFlight {
             lease_until: Some(at(*until)),
@@ -291,6 +293,7 @@ fn to_reply(answer: &Answer) -> Reply {
         Answer::Renewed { owner: o, until } => Reply::Renewed(Reservation {
             owner: owner(*o),
             lease_until: Some(at(*until)),
+            fence: None,
         }),
         Answer::Released => Reply::Released,
         Answer::Refused(r) => Reply::Refused(*r),

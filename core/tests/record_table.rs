@@ -25,6 +25,7 @@ fn pending(owner: OwnerToken, until: u64) -> Record {
         owner,
         fingerprint: fp(1),
         lease_until: t(until),
+        fence: None,
     }
 }
 fn completed(owner: OwnerToken, until: u64) -> Record {
@@ -241,7 +242,8 @@ fn expired_completion_frees_the_key_for_any_request() {
         Write::Put(Record::Pending {
             owner: other(),
             fingerprint: fp(2),
-            lease_until: t(35_000)
+            lease_until: t(35_000),
+            fence: None,
         })
     );
 }

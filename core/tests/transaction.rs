@@ -273,6 +273,7 @@ fn a_read_that_finds_another_owners_record_is_commit_unknown() {
             owner: taker,
             fingerprint,
             lease_until: at(60_000),
+            fence: None,
         },
         Record::Completed {
             owner: taker,

@@ -39,7 +39,7 @@ mod transaction;
 use crate::options::Options;
 use crate::record::{CommandKind, Completion, Reply};
 use crate::time::Timestamp;
-use crate::{Fingerprint, Key, Operation, OwnerToken};
+use crate::{Fence, Fingerprint, Key, Operation, OwnerToken};
 
 use backoff::SplitMix64;
 pub use lease::confirmed_lease;
@@ -137,6 +137,15 @@ impl Attempt {
     /// The attempt's owner token.
     pub fn owner(&self) -> OwnerToken {
         self.owner
+    }
+    /// The fence of the attempt's grant (MODEL.md `F1`), while its action runs under it:
+    /// `None` before the grant, when the action runs unprotected (fail-open), and on a store
+    /// that hands out no fences.
+    pub fn fence(&self) -> Option<Fence> {
+        match &self.phase {
+            Phase::Acting(acting) if acting.result.is_none() => acting.fence,
+            _ => None,
+        }
     }
     /// The options the attempt runs with.
     pub fn options(&self) -> &Options {
@@ -281,6 +290,7 @@ impl Attempt {
                     next_renew: granted_from.saturating_add(self.options.renew_every()),
                     confirmed_until: self.confirmed_from(granted_from),
                     renew_failures: 0,
+                    fence: reservation.fence,
                 });
             }
             (CommandKind::Reserve, Reply::InFlight { .. }) => {

@@ -3,6 +3,7 @@
 use crate::attempt::{ActionResult, Outcome, Protection, Recording};
 use crate::record::{CommandKind, StoredResult};
 use crate::time::Timestamp;
+use crate::Fence;
 
 /// The command awaiting its reply.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +58,8 @@ pub(super) struct Acting {
     pub(super) confirmed_until: Timestamp,
     /// Failed renewals in a row, for the backoff.
     pub(super) renew_failures: u32,
+    /// The grant's fence (`F1`), if the store handed one out.
+    pub(super) fence: Option<Fence>,
 }
 
 #[derive(Debug, Clone)]

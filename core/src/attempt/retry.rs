@@ -43,6 +43,7 @@ impl Attempt {
                         next_renew: now,
                         confirmed_until: now,
                         renew_failures: 0,
+                        fence: None,
                     });
                 }
             }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Record, Reply, Reservation, StoredResult};
 use crate::time::Timestamp;
-use crate::{Fingerprint, OwnerToken};
+use crate::{Fence, Fingerprint, OwnerToken};
 
 /// A live record as a reserve sees it: who holds or completed it, for which request, and
 /// the result of a completed one. No deadline: a reserve of a live record does not need it to
@@ -24,6 +24,8 @@ pub enum LiveRecord<'a> {
         owner: OwnerToken,
         /// The request it holds the key for.
         fingerprint: Fingerprint,
+        /// The holder's fence, if the store keeps one (`F1`).
+        fence: Option<Fence>,
     },
     /// Completed for `fingerprint` with `result`.
     Completed {
@@ -50,10 +52,14 @@ impl Record {
     pub fn live(&self) -> LiveRecord<'_> {
         match self {
             Record::Pending {
-                owner, fingerprint, ..
+                owner,
+                fingerprint,
+                fence,
+                ..
             } => LiveRecord::Pending {
                 owner: *owner,
                 fingerprint: *fingerprint,
+                fence: *fence,
             },
             Record::Completed {
                 fingerprint,
@@ -78,6 +84,8 @@ pub enum LiveReserve {
     Reserved {
         /// The owner, who already holds the key.
         owner: OwnerToken,
+        /// Its fence, unchanged (`F1`).
+        fence: Option<Fence>,
     },
     /// Another attempt holds the key for the same request.
     InFlight,
@@ -95,9 +103,10 @@ impl LiveReserve {
     /// retention end) asked at the store's `now`.
     pub fn reply_at(self, deadline: Timestamp, now: Timestamp) -> Reply {
         match self {
-            LiveReserve::Reserved { owner } => Reply::Reserved(Reservation {
+            LiveReserve::Reserved { owner, fence } => Reply::Reserved(Reservation {
                 owner,
                 lease_until: Some(deadline),
+                fence,
             }),
             LiveReserve::InFlight => Reply::InFlight {
                 lease_until: Some(deadline),
@@ -114,9 +123,10 @@ impl LiveReserve {
     /// lease end, a replay that does not say how long it has left, key reuse as it is.
     pub fn reply_without_clock(self) -> Reply {
         match self {
-            LiveReserve::Reserved { owner } => Reply::Reserved(Reservation {
+            LiveReserve::Reserved { owner, fence } => Reply::Reserved(Reservation {
                 owner,
                 lease_until: None,
+                fence,
             }),
             LiveReserve::InFlight => Reply::InFlight { lease_until: None },
             LiveReserve::Replay(result) => Reply::Replay {
@@ -143,9 +153,11 @@ pub fn reserve_live(
         };
     }
     match record {
-        LiveRecord::Pending { owner: holder, .. } if holder == owner => {
-            LiveReserve::Reserved { owner }
-        }
+        LiveRecord::Pending {
+            owner: holder,
+            fence,
+            ..
+        } if holder == owner => LiveReserve::Reserved { owner, fence },
         LiveRecord::Pending { .. } => LiveReserve::InFlight,
         LiveRecord::Completed { result, .. } => LiveReserve::Replay(result.clone()),
     }
@@ -169,6 +181,7 @@ mod tests {
                 owner: holder,
                 fingerprint: fp(1),
                 lease_until: deadline,
+                fence: Fence::new(9),
             },
             Record::Completed {
                 owner: holder,
@@ -201,8 +214,8 @@ mod tests {
                     let dated = match (&unclocked, &machine) {
                         (Reply::Reserved(u), Reply::Reserved(r)) if u.lease_until.is_none() => {
                             Reply::Reserved(Reservation {
-                                owner: u.owner,
                                 lease_until: r.lease_until,
+                                ..*u
                             })
                         }
                         (Reply::InFlight { lease_until: None }, Reply::InFlight { .. }) => {

@@ -13,7 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::time::Timestamp;
-use crate::{Fingerprint, OwnerToken};
+use crate::{Fence, Fingerprint, OwnerToken};
 
 mod live;
 mod replay_life;
@@ -21,7 +21,7 @@ mod transition;
 
 pub use live::{LiveRecord, LiveReserve, reserve_live};
 pub use replay_life::{REPLAY_LIFE_SLACK, replay_life};
-pub use transition::{apply, commits};
+pub use transition::{apply, apply_fenced, commits};
 
 /// A stored result: the JSON (or other encoding) of the action's value, as the driver wrote
 /// it. The core never looks inside.
@@ -102,6 +102,9 @@ pub enum Record {
         /// When the lease runs out, on the store's clock. The record is expired from this
         /// instant on.
         lease_until: Timestamp,
+        /// The fence of this grant (`F1`), on a store that hands fences out; `None` on one
+        /// that does not.
+        fence: Option<Fence>,
     },
     /// Done: the request's result, replayed to every identical request until `expires_at`.
     Completed {
@@ -262,6 +265,10 @@ pub struct Reservation {
     /// reserve, never to a renew. Nothing in the attempt protocol depends on it: an attempt
     /// counts its lease from its own send (MODEL.md, attempt protocol, lease counting).
     pub lease_until: Option<Timestamp>,
+    /// The grant's fence (MODEL.md `F1`): above every fence granted for the key before, and
+    /// the same in every renewal of this reservation. `None` from a store that hands out no
+    /// fences (MODEL.md, "Which stores hand out fences").
+    pub fence: Option<Fence>,
 }
 
 /// Why the record machine did not carry out a complete, renew or release.

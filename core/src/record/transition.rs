@@ -8,7 +8,7 @@ use super::{
     Command, Completion, Record, Refusal, Reply, Reservation, StoredResult, Transition, Write,
 };
 use crate::time::Timestamp;
-use crate::{Fingerprint, OwnerToken};
+use crate::{Fence, Fingerprint, OwnerToken};
 
 /// Whether a store that applied a complete inside the action's own transaction commits that
 /// transaction: only when the record machine recorded the result. Anything else (a refusal:
@@ -38,6 +38,46 @@ pub fn commits(reply: &Reply) -> bool {
 /// assert!(matches!(second, Reply::InFlight { .. }));
 /// ```
 pub fn apply(stored: Option<&Record>, command: Command, now: Timestamp) -> Transition {
+    step(stored, command, now, || None)
+}
+
+/// [`apply`] on a store that hands out fences (MODEL.md `F1`): the same reply and write,
+/// except that a grant of a free key carries the fence `next_fence` returns, which is called
+/// for that grant and for nothing else. The store's promise, which the machine cannot keep for
+/// it: every fence `next_fence` returns for a key is above every fence it returned for that
+/// key before, whatever became of their records (released, expired, forgotten). A repeated
+/// reserve by the holder (`I11`) and each renewal carry the holder's fence unchanged.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_core::record::{apply_fenced, Command, Reply};
+/// use idem_core::{Fence, Fingerprint, OwnerToken, Timestamp};
+///
+/// let reserve = Command::Reserve {
+///     owner: OwnerToken::from_u128(1),
+///     fingerprint: Fingerprint::of_bytes(b"charge o-1 100"),
+///     lease: Duration::from_secs(30),
+/// };
+/// let now = Timestamp::from_millis(1_000);
+/// let grant = apply_fenced(None, reserve, now, || Fence::next_after(None, now)).reply;
+/// let Reply::Reserved(reservation) = grant else { unreachable!() };
+/// assert_eq!(reservation.fence, Fence::new(1_000_000));
+/// ```
+pub fn apply_fenced(
+    stored: Option<&Record>,
+    command: Command,
+    now: Timestamp,
+    next_fence: impl FnOnce() -> Fence,
+) -> Transition {
+    step(stored, command, now, || Some(next_fence()))
+}
+
+fn step(
+    stored: Option<&Record>,
+    command: Command,
+    now: Timestamp,
+    next_fence: impl FnOnce() -> Option<Fence>,
+) -> Transition {
     // I9: an expired record is an absent one, for every command.
     let live = stored.filter(|record| !record.is_expired(now));
     let mut transition = match command {
@@ -45,7 +85,7 @@ pub fn apply(stored: Option<&Record>, command: Command, now: Timestamp) -> Trans
             owner,
             fingerprint,
             lease,
-        } => reserve(live, owner, fingerprint, lease, now),
+        } => reserve(live, owner, fingerprint, lease, now, next_fence),
         Command::Complete {
             owner,
             fingerprint,
@@ -69,19 +109,24 @@ fn reserve(
     fingerprint: Fingerprint,
     lease: Duration,
     now: Timestamp,
+    next_fence: impl FnOnce() -> Option<Fence>,
 ) -> Transition {
     let Some(record) = live else {
-        // I1: the key is free, so this caller becomes its one live holder.
+        // I1: the key is free, so this caller becomes its one live holder; F1: under a
+        // fence above every earlier holder's.
         let lease_until = now.saturating_add(lease);
+        let fence = next_fence();
         return Transition {
             reply: Reply::Reserved(Reservation {
                 owner,
                 lease_until: Some(lease_until),
+                fence,
             }),
             write: Write::Put(Record::Pending {
                 owner,
                 fingerprint,
                 lease_until,
+                fence,
             }),
         };
     };
@@ -143,19 +188,22 @@ fn renew(live: Option<&Record>, owner: OwnerToken, lease: Duration, now: Timesta
         Some(Record::Pending {
             fingerprint,
             lease_until,
+            fence,
             ..
         }) => {
-            // I10: a lease only ever grows.
+            // I10: a lease only ever grows; F1: under the same fence.
             let lease_until = (*lease_until).max(now.saturating_add(lease));
             Transition {
                 reply: Reply::Renewed(Reservation {
                     owner,
                     lease_until: Some(lease_until),
+                    fence: *fence,
                 }),
                 write: Write::Put(Record::Pending {
                     owner,
                     fingerprint: *fingerprint,
                     lease_until,
+                    fence: *fence,
                 }),
             }
         }
