@@ -45,6 +45,7 @@ fn pending(who: usize, until: u64) -> Option<Record> {
         owner: owner(who),
         fingerprint: fp_of(who),
         lease_until: t(until),
+        fence: None,
     })
 }
 
@@ -101,6 +102,7 @@ fn granted(who: usize, until: u64) -> Reply {
     Reply::Reserved(Reservation {
         owner: owner(who),
         lease_until: Some(t(until)),
+        fence: None,
     })
 }
 
@@ -384,6 +386,7 @@ fn i2_another_owner_told_its_renewal_succeeded() {
             Reply::Renewed(Reservation {
                 owner: owner(B),
                 lease_until: Some(t(1_500)),
+                fence: None,
             }),
             pending(A, 1_000),
         )
@@ -801,6 +804,7 @@ fn i10_a_renewal_shrinks_the_lease() {
             Reply::Renewed(Reservation {
                 owner: owner(A),
                 lease_until: Some(t(600)),
+                fence: None,
             }),
             pending(A, 600),
         )
@@ -819,6 +823,7 @@ fn i10_a_renewal_answered_short_of_the_lease() {
             Reply::Renewed(Reservation {
                 owner: owner(A),
                 lease_until: Some(t(600)),
+                fence: None,
             }),
             pending(A, 1_000),
         )

@@ -26,6 +26,7 @@ fn states() -> Vec<Option<Record>> {
             owner: owner(1),
             fingerprint: fp(0),
             lease_until: Timestamp::from_millis(1_000),
+            fence: None,
         }),
         Some(Record::Completed {
             owner: owner(1),
@@ -293,11 +294,13 @@ fn only_the_absent_commit_driver_takes_a_read_without_its_record_for_its_reserva
         owner: other,
         fingerprint: fp(0),
         lease_until: Timestamp::from_millis(1_000),
+        fence: None,
     });
     let own_reservation = Some(Record::Pending {
         owner: own,
         fingerprint: fp(0),
         lease_until: now,
+        fence: None,
     });
     for variant in Variant::ALL {
         let fed = |read: Option<Record>| variant.fed_commit_read(read, own, fp(0), now);

@@ -165,7 +165,11 @@ mod tests {
             Err(ParseFenceError::OutOfRange)
         );
         for bad in ["", "+1", "-1", " 1", "1 ", "0x10", "1e3"] {
-            assert_eq!(bad.parse::<Fence>(), Err(ParseFenceError::NotDigits), "{bad:?}");
+            assert_eq!(
+                bad.parse::<Fence>(),
+                Err(ParseFenceError::NotDigits),
+                "{bad:?}"
+            );
         }
         let fence = Fence::new(42).unwrap();
         assert_eq!(fence.to_string().parse::<Fence>(), Ok(fence));

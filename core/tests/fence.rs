@@ -105,7 +105,10 @@ fn first_fault(ops: &[Op], source: Source) -> Option<String> {
         // Without a fence source the machine answers the same, only without fences.
         let plain = apply(state.as_ref(), command.clone(), at);
         if strip(&transition.reply) != strip(&plain.reply) {
-            return Some(format!("{op:?}: {:?} vs {:?}", transition.reply, plain.reply));
+            return Some(format!(
+                "{op:?}: {:?} vs {:?}",
+                transition.reply, plain.reply
+            ));
         }
         let reply = transition.apply_to(&mut state);
         match (&command, &reply) {
@@ -231,8 +234,11 @@ fn the_attempt_knows_its_fence_while_its_action_runs() {
     a.handle_reply(reply, common::at(renew_at)).unwrap();
     assert_eq!(a.fence(), Some(fence));
     // Once the result is handed in, the action no longer runs under it.
-    a.handle_action_result(ActionResult::Succeeded(Body::new(b"ok".to_vec())), common::at(renew_at))
-        .unwrap();
+    a.handle_action_result(
+        ActionResult::Succeeded(Body::new(b"ok".to_vec())),
+        common::at(renew_at),
+    )
+    .unwrap();
     assert_eq!(a.fence(), None);
 
     // The same grant from a store without fences: none.

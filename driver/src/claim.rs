@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use idem_core::{DownstreamKey, Key, LeaseState, Operation, OwnerToken};
+use idem_core::{DownstreamKey, Fence, Key, LeaseState, Operation, OwnerToken};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -50,12 +50,15 @@ impl LeaseView {
 ///
 /// The action gets its [`downstream_key`](Self::downstream_key) to pass on to a provider with
 /// its own idempotency (a payment provider's `Idempotency-Key`), which protects the effect
-/// even in the cases idem reports but cannot prevent (MODEL.md, `D1` and "Non-guarantees").
+/// even in the cases idem reports but cannot prevent (MODEL.md, `D1` and "Non-guarantees"),
+/// and its [`fence`](Self::fence) to pass on to a provider that orders writes, which then
+/// refuses a stale holder's write once a newer holder's has landed (MODEL.md `F1`).
 #[derive(Debug, Clone)]
 pub struct Claim {
     operation: Operation,
     key: Key,
     owner: OwnerToken,
+    fence: Option<Fence>,
     lease: watch::Receiver<LeaseView>,
 }
 
@@ -64,12 +67,14 @@ impl Claim {
         operation: Operation,
         key: Key,
         owner: OwnerToken,
+        fence: Option<Fence>,
         lease: watch::Receiver<LeaseView>,
     ) -> Self {
         Self {
             operation,
             key,
             owner,
+            fence,
             lease,
         }
     }
@@ -95,6 +100,19 @@ impl Claim {
     /// (`I7`) into replays at the provider.
     pub fn downstream_key(&self) -> DownstreamKey {
         DownstreamKey::derive(&self.operation, &self.key)
+    }
+
+    /// The fence of this attempt's grant (MODEL.md `F1`): greater than the fence of every
+    /// earlier grant of this key, so a provider that keeps, per key, the highest fence it has
+    /// applied and refuses a write whose fence is not above it refuses this holder's writes
+    /// once a holder that took the key over has written, and never the newer holder's.
+    ///
+    /// `None` when the action runs unprotected (fail-open: there is no grant), and on a store
+    /// that hands out no fences (MODEL.md, "Which stores hand out fences"). A fence orders
+    /// holders; it does not deduplicate: a stale holder's write that lands *before* the newer
+    /// holder's is accepted. Pair it with the [`downstream_key`](Self::downstream_key).
+    pub fn fence(&self) -> Option<Fence> {
+        self.fence
     }
 
     /// This attempt's owner token (`I2`).

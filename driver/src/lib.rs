@@ -141,7 +141,7 @@ pub use ending::Ending;
 pub use error::Error;
 pub use idem_core::record;
 pub use idem_core::{
-    DownstreamKey, Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key,
+    DownstreamKey, Fence, Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key,
     KeyError, LeaseState, Operation, OperationError, Options, OptionsBuilder, OptionsError,
     OwnerToken, Recording, Refusal, StoreFailurePolicy, StoredResult, Timestamp,
 };

@@ -10,6 +10,11 @@
 //! then holds at most twice the records that were live at its last sweep, plus
 //! [`SWEEP_MIN_WRITES`].
 //!
+//! Every grant carries a fence (MODEL.md `F1`): each shard counts its fences from the system
+//! clock in microseconds ([`Fence::next_after`]), so a key's fences rise with every grant,
+//! across releases and expiries, and keep rising across a restart of the process as long as
+//! the system clock did not step back past them.
+//!
 //! Waiters are woken, not polled: [`Store::changed`] registers a watch on a pending key
 //! while holding the shard lock, and the command that completes or releases the key drops
 //! the watch's sender under the same lock, which wakes every receiver.
@@ -19,10 +24,10 @@ use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use idem_core::record::{self, Command, Record, Reply, Write};
-use idem_core::{Key, Operation, Timestamp};
+use idem_core::{Fence, Key, Operation, Timestamp};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -55,6 +60,8 @@ struct Shard {
     watchers: Keyed<watch::Sender<()>>,
     len: usize,
     writes_since_sweep: usize,
+    /// The last fence this shard granted (`F1`): every key of the shard is fenced above it.
+    last_fence: Option<Fence>,
 }
 
 impl Default for MemoryStore {
@@ -148,7 +155,12 @@ impl Shard {
         now: Timestamp,
     ) -> Reply {
         let stored = self.records.get(operation).and_then(|keys| keys.get(key));
-        let transition = record::apply(stored, command, now);
+        let last_fence = &mut self.last_fence;
+        let transition = record::apply_fenced(stored, command, now, || {
+            let fence = Fence::next_after(*last_fence, wall_clock());
+            *last_fence = Some(fence);
+            fence
+        });
         match transition.write {
             Write::Unchanged => {}
             Write::Put(record) => {
@@ -262,4 +274,13 @@ fn remove<V>(map: &mut Keyed<V>, operation: &Operation, key: &Key) -> Option<V> 
 /// write is one map operation after `apply` decided), so a poisoned lock is used as is.
 fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The system clock in milliseconds since the Unix epoch, where fences start from (zero for
+/// a clock set before 1970: the shard's counter alone then keeps them rising).
+fn wall_clock() -> Timestamp {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::from_millis(millis(since_epoch))
 }

@@ -117,6 +117,7 @@ impl Answer {
             "reserved" => Reply::Reserved(Reservation {
                 owner,
                 lease_until: Some(self.deadline()?),
+                fence: None,
             }),
             "in_flight" => Reply::InFlight {
                 lease_until: Some(self.deadline()?),
@@ -157,6 +158,7 @@ impl Answer {
             "renewed" => Reply::Renewed(Reservation {
                 owner,
                 lease_until: Some(self.deadline()?),
+                fence: None,
             }),
             _ => return self.refusal(),
         })
@@ -221,6 +223,7 @@ impl Found {
                         owner,
                         fingerprint,
                         lease_until: expires_at,
+                        fence: None,
                     }),
                     Some(_) => Err("a pending record with a body".to_owned()),
                 };

@@ -117,6 +117,7 @@ impl Stored {
             StoredState::Pending { .. } => LiveRecord::Pending {
                 owner: self.owner,
                 fingerprint: self.fingerprint,
+                fence: None,
             },
             StoredState::Completed(result) => LiveRecord::Completed {
                 fingerprint: self.fingerprint,
@@ -137,6 +138,7 @@ impl Stored {
                 owner,
                 fingerprint,
                 lease_until: deadline,
+                fence: None,
             },
             StoredState::Completed(result) => Record::Completed {
                 owner,
@@ -279,6 +281,7 @@ mod tests {
             owner: owner(),
             fingerprint: print(),
             lease_until: Timestamp::from_millis(ms),
+            fence: None,
         };
         assert_eq!(encode(&at(1)), encode(&at(1_700_000_000_123)));
         let stored = decode(&encode(&at(5))).unwrap();
@@ -299,7 +302,8 @@ mod tests {
             marked.live(),
             LiveRecord::Pending {
                 owner: owner(),
-                fingerprint: print()
+                fingerprint: print(),
+                fence: None,
             }
         );
     }

@@ -47,6 +47,7 @@ pub(crate) fn decide(
         return Decision::Answer(Reply::Reserved(Reservation {
             owner,
             lease_until: None,
+            fence: None,
         }));
     };
     // Not a value this adapter wrote: the script names the defect.
@@ -173,7 +174,8 @@ mod tests {
             reply,
             Reply::Reserved(Reservation {
                 owner: owner(1),
-                lease_until: None
+                lease_until: None,
+                fence: None,
             })
         );
     }

@@ -330,6 +330,7 @@ async fn plant(server: &RedisServer, redis_key: &str, kind: &str) {
         owner: OwnerToken::from_u128(1),
         fingerprint: fingerprint("order"),
         lease_until: idem::Timestamp::from_millis(u64::MAX / 4),
+        fence: None,
     });
     let panicked = codec::encode(&Record::Completed {
         owner: OwnerToken::from_u128(1),
@@ -519,7 +520,8 @@ async fn an_attached_call_dropped_mid_action_leaves_the_key_held_until_its_lease
         Some(Record::Pending {
             owner,
             fingerprint: fingerprint(key),
-            lease_until
+            lease_until,
+            fence: None,
         })
     );
     assert_eq!(card.one_effect(key), Ok(()));

@@ -272,6 +272,7 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
         Reply::Reserved(idem_core::Reservation {
             owner,
             lease_until: None,
+            fence: None,
         })
     );
     assert_eq!(effects.load(Ordering::SeqCst), 1, "only the warm-up ran");

@@ -338,6 +338,7 @@ async fn time_is_the_servers() {
         Reply::Reserved(idem_core::Reservation {
             owner: OwnerToken::from_u128(1),
             lease_until: Some(now.saturating_add(LEASE)),
+            fence: None,
         })
     );
     let pttl: i64 = conn.pttl(&redis_key).await.unwrap();
@@ -420,7 +421,8 @@ async fn keys_expire_exactly_when_their_records_do() {
         granted,
         Reply::Reserved(idem_core::Reservation {
             owner: OwnerToken::from_u128(1),
-            lease_until: None
+            lease_until: None,
+            fence: None,
         })
     );
     let reserve_expiry = expiry(&mut conn).await;

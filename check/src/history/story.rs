@@ -212,13 +212,20 @@ impl fmt::Display for ShortRecord<'_> {
                 owner,
                 fingerprint,
                 lease_until,
-            }) => write!(
-                f,
-                "Pending({}, fp {}, until t+{})",
-                history.owner_label(*owner),
-                fp_label(*fingerprint),
-                lease_until.as_millis()
-            ),
+                fence,
+            }) => {
+                write!(
+                    f,
+                    "Pending({}, fp {}, until t+{}",
+                    history.owner_label(*owner),
+                    fp_label(*fingerprint),
+                    lease_until.as_millis()
+                )?;
+                if let Some(fence) = fence {
+                    write!(f, ", fence {fence}")?;
+                }
+                f.write_str(")")
+            }
             Some(Record::Completed {
                 owner,
                 fingerprint,

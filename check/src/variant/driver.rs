@@ -53,6 +53,7 @@ impl Variant {
                 owner,
                 fingerprint,
                 lease_until: now,
+                fence: None,
             })
         } else {
             read

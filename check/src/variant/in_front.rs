@@ -40,6 +40,7 @@ impl Variant {
                     InFront::Answer(Reply::Reserved(Reservation {
                         owner: *owner,
                         lease_until: None,
+                        fence: None,
                     }))
                 }
                 _ => InFront::Forward(command),
@@ -51,6 +52,7 @@ impl Variant {
                 InFront::Answer(Reply::Renewed(Reservation {
                     owner,
                     lease_until: None,
+                    fence: None,
                 }))
             }
             (Variant::ResultCache, Command::Release { .. }) => InFront::Answer(Reply::Released),
@@ -58,6 +60,7 @@ impl Variant {
                 InFront::Answer(Reply::Reserved(Reservation {
                     owner,
                     lease_until: None,
+                    fence: None,
                 }))
             }
             (

@@ -90,6 +90,7 @@ impl Variant {
                         owner: *holder,
                         fingerprint: *fingerprint,
                         lease_until,
+                        fence: None,
                     },
                     Some(Record::Completed {
                         owner: holder,
@@ -108,6 +109,7 @@ impl Variant {
                     reply: Reply::Renewed(Reservation {
                         owner,
                         lease_until: Some(lease_until),
+                        fence: None,
                     }),
                     write: Write::Put(extended),
                 }
@@ -184,6 +186,7 @@ impl Variant {
                 reply: Reply::Reserved(Reservation {
                     owner,
                     lease_until: None,
+                    fence: None,
                 }),
                 write: Write::Unchanged,
             },
@@ -191,6 +194,7 @@ impl Variant {
                 reply: Reply::Renewed(Reservation {
                     owner,
                     lease_until: Some(now.saturating_add(lease)),
+                    fence: None,
                 }),
                 write: Write::Unchanged,
             },
@@ -275,6 +279,7 @@ fn result_cache(
             _ => unchanged(Reply::Reserved(Reservation {
                 owner,
                 lease_until: Some(now.saturating_add(lease)),
+                fence: None,
             })),
         },
         Command::Complete {
@@ -290,6 +295,7 @@ fn result_cache(
         Command::Renew { owner, lease } => unchanged(Reply::Renewed(Reservation {
             owner,
             lease_until: Some(now.saturating_add(lease)),
+            fence: None,
         })),
         Command::Release { .. } => unchanged(Reply::Released),
         Command::Read => return Err(Command::Read),

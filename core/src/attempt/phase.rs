@@ -1,9 +1,9 @@
 //! The attempt's phases and the state each carries; private to the machine.
 
+use crate::Fence;
 use crate::attempt::{ActionResult, Outcome, Protection, Recording};
 use crate::record::{CommandKind, StoredResult};
 use crate::time::Timestamp;
-use crate::Fence;
 
 /// The command awaiting its reply.
 #[derive(Debug, Clone, Copy)]

@@ -124,6 +124,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             self.operation.clone(),
             self.key.clone(),
             self.guard.attempt.owner(),
+            self.guard.attempt.fence(),
             receiver,
         )
     }

@@ -69,6 +69,7 @@ pub(super) fn parse_reply(
                     let reservation = Reservation {
                         owner,
                         lease_until: Some(Timestamp::from_millis(until)),
+                        fence: None,
                     };
                     if tag == b'R' {
                         Reply::Reserved(reservation)

@@ -150,6 +150,7 @@ impl<C: Connection> FastPaths<C> {
             None => Ok(Reply::Reserved(idem_core::Reservation {
                 owner: *owner,
                 lease_until: None,
+                fence: None,
             })),
             Some(_) => RedisStore::apply_timed(&self.store, operation, key, command.clone())
                 .await
