@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::FutureExt;
-use idem::{Fingerprint, Key, MemoryStore, Operation, OwnerToken, Store};
+use idem::{Fence, Fingerprint, Key, MemoryStore, Operation, OwnerToken, Store};
 use idem_core::record::{self, Body, Command, Record, Reply};
 use tokio::time::Instant;
 
@@ -35,14 +35,16 @@ fn complete(owner: u128) -> Command {
 }
 
 /// Runs a seeded sequence of commands over two operations and three keys, with time
-/// moving, against `store` and against `record::apply` on a map; returns the first step at
-/// which their replies differ.
+/// moving, against `store` and against `record::apply_fenced` on a map, which hands a grant
+/// the fence the store granted; returns the first step at which their replies differ, or
+/// at which a grant's fence is not above the key's earlier grants' (F1).
 async fn first_divergence<S: Store>(
     store: &S,
     clock: impl Fn() -> idem::Timestamp,
     seed: u64,
 ) -> Option<usize> {
     let mut reference: HashMap<(u64, u64), Option<Record>> = HashMap::new();
+    let mut last_fence: HashMap<(u64, u64), Fence> = HashMap::new();
     let mut random = Seeded(seed);
     for step in 0..3_000 {
         tokio::time::advance(Duration::from_millis(random.below(400))).await;
@@ -60,11 +62,28 @@ async fn first_divergence<S: Store>(
             },
         };
         let now = clock();
+        let (operation, name) = names(&format!("op{op}"), &format!("k{key}"));
+        let got = store.apply(&operation, &name, command.clone()).await.unwrap();
+        let granted = match &got {
+            Reply::Reserved(grant) => grant.fence,
+            _ => None,
+        };
         let state = reference.entry((op, key)).or_default();
-        let expected = record::apply(state.as_ref(), command.clone(), now).apply_to(state);
-        let (operation, key) = names(&format!("op{op}"), &format!("k{key}"));
-        let got = store.apply(&operation, &key, command).await.unwrap();
+        let mut drawn = None;
+        let expected = record::apply_fenced(state.as_ref(), command, now, || {
+            let fence = granted.unwrap_or(Fence::MIN);
+            drawn = Some(fence);
+            fence
+        })
+        .apply_to(state);
         if got != expected {
+            return Some(step);
+        }
+        if let Some(fence) = drawn
+            && last_fence
+                .insert((op, key), fence)
+                .is_some_and(|last| fence <= last)
+        {
             return Some(step);
         }
     }

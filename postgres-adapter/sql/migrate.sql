@@ -1,5 +1,6 @@
 -- The one table of idem-postgres. `{records}` is the table's (optionally schema-qualified,
--- quoted) name; `{index}` the name of its expiry index. Run by `PostgresStore::migrate`,
+-- quoted) name; `{index}` the name of its expiry index; `{fences}` the sequence the fences
+-- are drawn from (F1). Run by `PostgresStore::migrate`,
 -- which takes an advisory lock around it, so running it again, or from several processes
 -- at once, changes nothing.
 --
@@ -13,6 +14,9 @@
 --   expires_at   milliseconds since the Unix epoch on the server's clock: the lease's end
 --                (pending) or the retention's (completed); the record reads as absent
 --                from that instant on (I9), and the sweeper deletes it
+--   fence        the fence of the grant that wrote the row (F1), kept when it completes;
+--                NULL for a result recorded without a grant, and for rows written before
+--                the column was added (which `ADD COLUMN IF NOT EXISTS` adds in place)
 CREATE TABLE IF NOT EXISTS {records} (
     operation   text COLLATE "C" NOT NULL,
     key         text COLLATE "C" NOT NULL,
@@ -24,3 +28,5 @@ CREATE TABLE IF NOT EXISTS {records} (
     PRIMARY KEY (operation, key)
 );
 CREATE INDEX IF NOT EXISTS {index} ON {records} (expires_at);
+ALTER TABLE {records} ADD COLUMN IF NOT EXISTS fence bigint;
+CREATE SEQUENCE IF NOT EXISTS {fences} AS bigint MINVALUE 1;

@@ -18,6 +18,7 @@ SELECT
     END AS reply,
     clock.now,
     r.expires_at,
+    r.fence,
     r.state, r.owner, r.fingerprint, r.body
 FROM (SELECT {now} AS now) AS clock
 LEFT JOIN {records} AS r ON r.operation = $1 AND r.key = $2

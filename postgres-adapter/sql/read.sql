@@ -4,7 +4,7 @@
 -- waits for a transaction that holds the row for a complete: the attempt reads the record
 -- when a commit's reply was lost, and must see that commit's outcome, not the state before.
 WITH cur AS (
-    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, {valid} AS valid
+    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, r.fence, {valid} AS valid
     FROM {records} AS r
     WHERE r.operation = $1 AND r.key = $2
     FOR KEY SHARE
@@ -21,5 +21,6 @@ SELECT
     END AS reply,
     clock.now,
     cur.expires_at,
+    cur.fence,
     cur.state, cur.owner, cur.fingerprint, cur.body
 FROM clock LEFT JOIN cur ON TRUE

@@ -4,7 +4,7 @@
 -- owner checked here; only the owner's live reservation is extended, to
 -- max(lease end, now + lease) (I10).
 WITH cur AS (
-    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, {valid} AS valid
+    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, r.fence, {valid} AS valid
     FROM {records} AS r
     WHERE r.operation = $1 AND r.key = $2
     FOR UPDATE
@@ -38,5 +38,6 @@ SELECT
     END AS reply,
     clock.now,
     coalesce(put.expires_at, cur.expires_at) AS expires_at,
+    cur.fence,
     cur.state, cur.owner, cur.fingerprint, cur.body
 FROM clock CROSS JOIN decided LEFT JOIN cur ON TRUE LEFT JOIN put ON TRUE

@@ -8,8 +8,13 @@
 -- the clock read after the lock. If that newest version is live (another caller took the
 -- key after this statement's snapshot), nothing is written and the reply is `raced`: the
 -- adapter runs the statement again, with a fresh snapshot.
+--
+-- A grant's fence (F1) comes from the sequence `{fences}`: an insert draws it as it forms
+-- its row; a takeover draws it after the row lock, once the previous holder's grant has
+-- committed, so its draw comes after that holder's, and `greatest` keeps it above the
+-- row's own fence whatever wrote it. The owner's own retry answers with the fence it holds.
 WITH cur AS (
-    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, {valid} AS valid
+    SELECT r.state, r.owner, r.fingerprint, r.body, r.expires_at, r.fence, {valid} AS valid
     FROM {records} AS r
     WHERE r.operation = $1 AND r.key = $2
 ),
@@ -17,15 +22,16 @@ clock AS MATERIALIZED (
     SELECT {now} AS now FROM (SELECT count(*) FROM cur) AS read_first
 ),
 put AS (
-    INSERT INTO {records} AS r (operation, key, state, owner, fingerprint, body, expires_at)
-    SELECT $1, $2, 1, $3, $4, NULL, clock.now + $5
+    INSERT INTO {records} AS r
+        (operation, key, state, owner, fingerprint, body, expires_at, fence)
+    SELECT $1, $2, 1, $3, $4, NULL, clock.now + $5, nextval('{fences}')
     FROM clock
     WHERE NOT EXISTS (SELECT FROM cur WHERE NOT cur.valid OR cur.expires_at > clock.now)
     ON CONFLICT (operation, key) DO UPDATE
     SET state = 1, owner = excluded.owner, fingerprint = excluded.fingerprint, body = NULL,
-        expires_at = {now} + $5
+        expires_at = {now} + $5, fence = greatest(nextval('{fences}'), r.fence + 1)
     WHERE {valid} AND r.expires_at <= {now}
-    RETURNING r.expires_at
+    RETURNING r.expires_at, r.fence
 )
 SELECT
     CASE
@@ -41,5 +47,6 @@ SELECT
     -- The instant judged by: a takeover's own clock reading, else the statement's.
     coalesce(put.expires_at - $5, clock.now) AS now,
     coalesce(put.expires_at, cur.expires_at) AS expires_at,
+    CASE WHEN put.expires_at IS NOT NULL THEN put.fence ELSE cur.fence END AS fence,
     cur.state, cur.owner, cur.fingerprint, cur.body
 FROM clock LEFT JOIN cur ON TRUE LEFT JOIN put ON TRUE

@@ -2,13 +2,14 @@
 //!
 //! Every statement returns one row: `reply` (the transition it made, decided in SQL),
 //! `now` (the server instant it judged by, in milliseconds since the Unix epoch),
-//! `expires_at` (the lease or retention end that goes with the reply) and the record it
+//! `expires_at` (the lease or retention end that goes with the reply), `fence` (the
+//! fence that goes with a grant or renewal, or the found record's) and the record it
 //! found (`state`, `owner`, `fingerprint`, `body`, and `expires_at` again), which a replay,
 //! key reuse or read answers with. A row the adapter did not write is reported as such,
 //! with what is wrong with it.
 
 use idem_core::record::{Body, Completion, Record, Refusal, Reply, Reservation, StoredResult};
-use idem_core::{Fingerprint, OwnerToken, Timestamp};
+use idem_core::{Fence, Fingerprint, OwnerToken, Timestamp};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
@@ -47,6 +48,8 @@ pub(crate) struct Found {
     pub(crate) fingerprint: Option<Vec<u8>>,
     pub(crate) body: Option<Vec<u8>>,
     pub(crate) expires_at: Option<i64>,
+    /// The fence that goes with the reply: the grant's, the renewed or found record's.
+    pub(crate) fence: Option<i64>,
 }
 
 /// Why an answer could not be turned into a reply.
@@ -83,6 +86,7 @@ impl Answer {
                 fingerprint: row.try_get("fingerprint")?,
                 body: row.try_get("body")?,
                 expires_at,
+                fence: row.try_get("fence")?,
             },
         })
     }
@@ -92,6 +96,12 @@ impl Answer {
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Timestamp::from_millis)
             .ok_or_else(|| Refused::Unexpected(format!("{} without a deadline", self.reply)))
+    }
+
+    /// The fence that goes with a grant or renewal: `None` for a row written before fences
+    /// were (its column NULL).
+    fn fence(&self) -> Result<Option<Fence>, Refused> {
+        self.found.fence().map_err(Refused::Corrupt)
     }
 
     fn record(&self) -> Result<Record, Refused> {
@@ -117,7 +127,7 @@ impl Answer {
             "reserved" => Reply::Reserved(Reservation {
                 owner,
                 lease_until: Some(self.deadline()?),
-                fence: None,
+                fence: self.fence()?,
             }),
             "in_flight" => Reply::InFlight {
                 lease_until: Some(self.deadline()?),
@@ -158,7 +168,7 @@ impl Answer {
             "renewed" => Reply::Renewed(Reservation {
                 owner,
                 lease_until: Some(self.deadline()?),
-                fence: None,
+                fence: self.fence()?,
             }),
             _ => return self.refusal(),
         })
@@ -192,6 +202,14 @@ impl Answer {
 }
 
 impl Found {
+    /// The `fence` column: `None` when NULL, refused when it is no fence (zero or
+    /// negative, which no sequence of this adapter hands out).
+    fn fence(&self) -> Result<Option<Fence>, String> {
+        self.fence
+            .map(|value| Fence::try_from(value).map_err(|_| format!("a fence of {value}")))
+            .transpose()
+    }
+
     /// The record these columns hold, or what makes them not one this adapter wrote. The
     /// same rules as the statements' `{valid}` test.
     pub(crate) fn record(&self) -> Result<Record, String> {
@@ -223,7 +241,7 @@ impl Found {
                         owner,
                         fingerprint,
                         lease_until: expires_at,
-                        fence: None,
+                        fence: self.fence()?,
                     }),
                     Some(_) => Err("a pending record with a body".to_owned()),
                 };

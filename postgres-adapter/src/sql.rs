@@ -1,7 +1,8 @@
 //! The statements, shipped with the crate as SQL files (`postgres-adapter/sql/`) and
 //! written out once per store for its table.
 //!
-//! Each file uses three placeholders: `{records}` (the quoted table name), `{now}` (the
+//! Each file uses these placeholders: `{records}` (the quoted table name), `{fences}` (the
+//! quoted name of the sequence fences are drawn from), `{now}` (the
 //! server's clock in whole milliseconds since the Unix epoch, read with
 //! `clock_timestamp()`: the instant the statement runs, not `now()`, which is the start of
 //! the transaction and would be stale inside a long caller transaction) and `{valid}` (the
@@ -72,6 +73,7 @@ pub fn expand(template: &str, table: &TableName) -> String {
     template
         .replace("{records}", &table.quoted())
         .replace("{index}", &table.quoted_index())
+        .replace("{fences}", &table.quoted_fence_sequence())
         .replace("{valid}", VALID)
         .replace("{now}", NOW)
 }

@@ -9,8 +9,8 @@ use thiserror::Error;
 /// connection's `search_path` (usually `public`).
 pub const DEFAULT_TABLE: &str = "idem_records";
 
-/// The longest table name part: the expiry index is named `{table}_expiry`, and
-/// PostgreSQL names are at most 63 bytes.
+/// The longest table name part: the expiry index is named `{table}_expiry` (and the fence
+/// sequence `{table}_fence`), and PostgreSQL names are at most 63 bytes.
 pub const MAX_TABLE_NAME_LEN: usize = 56;
 
 /// The longest schema name, PostgreSQL's limit for a name.
@@ -79,6 +79,15 @@ impl TableName {
     /// The expiry index's name, quoted (an index lives in its table's schema).
     pub(crate) fn quoted_index(&self) -> String {
         format!("\"{}_expiry\"", self.table)
+    }
+
+    /// The name of the sequence the table's fences are drawn from (MODEL.md `F1`), quoted
+    /// and in the table's schema: `"table_fence"` or `"schema"."table_fence"`.
+    pub fn quoted_fence_sequence(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}_fence\"", self.table),
+            None => format!("\"{}_fence\"", self.table),
+        }
     }
 }
 

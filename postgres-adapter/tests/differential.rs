@@ -4,14 +4,18 @@
 //! `support/differential.rs`).
 //!
 //! The checker is shown to catch bugs: deliberately broken stores (statements without the
-//! owner check, without the fingerprint check, and with expiry judged by the client's
-//! clock), built here in the harness around the real store, must each be caught.
+//! owner check, without the fingerprint check, with expiry judged by the client's clock, and
+//! handing a takeover the first holder's fence), built here in the harness around the real
+//! store, must each be caught.
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use idem::StoreError;
 use idem_core::record::{Command, Record, Reply};
-use idem_core::{Key, Operation, Timestamp};
+use idem_core::{Fence, Key, Operation, Timestamp};
 use idem_postgres::PostgresStore;
 use support::TestDb;
 use support::differential::{TimedStore, check};
@@ -32,9 +36,9 @@ async fn holder(store: &PostgresStore, operation: &Operation, key: &Key) -> Opti
 
 /// Broken on purpose: as if the statements did not check the owner token (complete, renew
 /// and release act for whoever holds the key).
-struct Unfenced(PostgresStore);
+struct NoOwnerCheck(PostgresStore);
 
-impl TimedStore for Unfenced {
+impl TimedStore for NoOwnerCheck {
     async fn apply_timed(
         &self,
         operation: &Operation,
@@ -69,6 +73,31 @@ impl TimedStore for NoFingerprintCheck {
             *fingerprint = record.fingerprint();
         }
         self.0.apply_timed(operation, key, command).await
+    }
+}
+
+/// Broken on purpose: every grant of a key carries the fence of its first grant, as a store
+/// that kept one fence per key and never advanced it on a takeover would.
+struct FirstFenceForever {
+    store: PostgresStore,
+    first: Mutex<HashMap<(Operation, Key), Fence>>,
+}
+
+impl TimedStore for FirstFenceForever {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
+        if let Reply::Reserved(grant) = &mut reply
+            && let Some(fence) = grant.fence
+        {
+            let mut first = self.first.lock().unwrap();
+            grant.fence = Some(*first.entry((operation.clone(), key.clone())).or_insert(fence));
+        }
+        Ok((reply, now))
     }
 }
 
@@ -133,7 +162,7 @@ fn the_checker_catches_a_store_without_the_owner_check() {
     let runtime = runtime();
     let db = runtime.block_on(TestDb::create());
     let store = runtime.block_on(db.store(2));
-    let failure = check(&runtime, &Unfenced(store), 256).expect_err("must be caught");
+    let failure = check(&runtime, &NoOwnerCheck(store), 256).expect_err("must be caught");
     assert!(failure.contains("model"), "{failure}");
 }
 
@@ -153,4 +182,16 @@ fn the_checker_catches_expiry_judged_by_another_clock() {
     let store = runtime.block_on(db.store(2));
     let failure = check(&runtime, &SkewedClock(store), 256).expect_err("must be caught");
     assert!(failure.contains("model"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
+    let runtime = runtime();
+    let db = runtime.block_on(TestDb::create());
+    let store = FirstFenceForever {
+        store: runtime.block_on(db.store(2)),
+        first: Mutex::default(),
+    };
+    let failure = check(&runtime, &store, 256).expect_err("must be caught");
+    assert!(failure.contains("F1"), "{failure}");
 }

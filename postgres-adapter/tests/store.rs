@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idem::{Store, StoreError};
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, StoredResult};
-use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
+use idem_core::{Body, Fence, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_postgres::{MAX_DURATION_MS, PostgresError, PostgresStore, TableName};
 use sqlx::{AssertSqlSafe, Row};
 use support::TestDb;
@@ -560,7 +560,8 @@ async fn the_migration_is_idempotent_concurrent_and_schema_qualified() {
         .unwrap();
     let table = TableName::new("billing.Records").unwrap();
     let store = PostgresStore::builder().table(table).build(pool.clone());
-    // Eight migrations at once, then once more: one table, one index, nothing else.
+    // Eight migrations at once, then once more: one table, one index, one fence sequence,
+    // nothing else.
     let runs: Vec<_> = (0..8)
         .map(|_| {
             let store = store.clone();
@@ -579,7 +580,10 @@ async fn the_migration_is_idempotent_concurrent_and_schema_qualified() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(objects, ["Records", "Records_expiry", "Records_pkey"]);
+    assert_eq!(
+        objects,
+        ["Records", "Records_expiry", "Records_fence", "Records_pkey"]
+    );
     let reply = store
         .apply(&op("o"), &key("k"), reserve(1, 1, 1_000))
         .await
@@ -702,4 +706,100 @@ async fn the_sweeper_removes_expired_records_in_batches_and_nothing_else() {
             .unwrap(),
         Reply::Reserved(_)
     ));
+}
+
+/// The fence of a grant, or a panic naming the reply.
+fn fence_of(reply: &Reply) -> Fence {
+    match reply {
+        Reply::Reserved(grant) | Reply::Renewed(grant) => grant.fence.expect("a fenced grant"),
+        other => panic!("not a grant: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn every_grant_is_fenced_above_the_ones_before() {
+    // MODEL.md F1 on PostgreSQL: a first grant, the holder's renewal and repeated reserve,
+    // a release and a new grant, a takeover after the lease ran out, a takeover of a
+    // completed record whose retention ran out.
+    let db = TestDb::create().await;
+    let store = db.store(2).await;
+    let (o, k) = (op("payment.charge"), key("fenced"));
+    let first = store.apply(&o, &k, reserve(1, 1, 60_000)).await.unwrap();
+    let f1 = fence_of(&first);
+    let renewed = store
+        .apply(
+            &o,
+            &k,
+            Command::Renew {
+                owner: owner(1),
+                lease: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(fence_of(&renewed), f1, "a renewal keeps the holder's fence");
+    let again = store.apply(&o, &k, reserve(1, 1, 60_000)).await.unwrap();
+    assert_eq!(fence_of(&again), f1, "so does the holder's repeated reserve");
+    let Reply::Read(Some(Record::Pending { fence, .. })) =
+        store.apply(&o, &k, Command::Read).await.unwrap()
+    else {
+        panic!("a pending record")
+    };
+    assert_eq!(fence, Some(f1), "and the record");
+
+    let released = store
+        .apply(&o, &k, Command::Release { owner: owner(1) })
+        .await
+        .unwrap();
+    assert_eq!(released, Reply::Released);
+    let f2 = fence_of(&store.apply(&o, &k, reserve(2, 1, 30)).await.unwrap());
+    assert!(f2 > f1, "{f2:?} after a release, {f1:?} before");
+
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let f3 = fence_of(&store.apply(&o, &k, reserve(3, 1, 60_000)).await.unwrap());
+    assert!(f3 > f2, "a takeover after the lease ran out: {f3:?} after {f2:?}");
+    let done = store.apply(&o, &k, complete(3, 1, "ok", 30)).await.unwrap();
+    assert_eq!(done, Reply::Completed(Completion::InTime));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let f4 = fence_of(&store.apply(&o, &k, reserve(4, 1, 60_000)).await.unwrap());
+    assert!(f4 > f3, "a grant after the result expired: {f4:?} after {f3:?}");
+}
+
+#[tokio::test]
+async fn a_table_made_before_fences_is_migrated_in_place() {
+    let db = TestDb::create().await;
+    let pool = db.pool(2).await;
+    // The table as the adapter made it before fences, holding a live reservation.
+    sqlx::raw_sql(
+        "CREATE TABLE idem_records (
+            operation text COLLATE \"C\" NOT NULL, key text COLLATE \"C\" NOT NULL,
+            state smallint NOT NULL, owner bytea NOT NULL, fingerprint bytea NOT NULL,
+            body bytea, expires_at bigint NOT NULL, PRIMARY KEY (operation, key));
+         CREATE INDEX idem_records_expiry ON idem_records (expires_at);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO idem_records VALUES ('payment.charge', 'old', 1, $1, $2, NULL, \
+         floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 50)",
+    )
+    .bind(owner(1).to_bytes().to_vec())
+    .bind(fp(1).to_bytes().to_vec())
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = PostgresStore::builder().build(pool.clone());
+    store.migrate().await.unwrap();
+    let (o, k) = (op("payment.charge"), key("old"));
+    // The reservation made before holds on, without a fence...
+    let held = store.apply(&o, &k, reserve(1, 1, 60_000)).await.unwrap();
+    assert!(
+        matches!(held, Reply::Reserved(grant) if grant.fence.is_none()),
+        "{held:?}"
+    );
+    // ...and the takeover once it runs out is fenced.
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let taken = store.apply(&o, &k, reserve(2, 1, 60_000)).await.unwrap();
+    assert!(fence_of(&taken) >= Fence::MIN);
 }

@@ -14,7 +14,7 @@ use crate::error::PostgresError;
 const MIGRATE_LOCK: i64 = 0x6964_656d_7067_7331;
 
 /// The columns a records table has, in order: name, type, NOT NULL.
-const LAYOUT: [(&str, &str, bool); 7] = [
+const LAYOUT: [(&str, &str, bool); 8] = [
     ("operation", "text", true),
     ("key", "text", true),
     ("state", "smallint", true),
@@ -22,11 +22,27 @@ const LAYOUT: [(&str, &str, bool); 7] = [
     ("fingerprint", "bytea", true),
     ("body", "bytea", false),
     ("expires_at", "bigint", true),
+    ("fence", "bigint", false),
 ];
 
+/// The columns a table made before fences has: the layout without its last column, which
+/// the migration adds in place.
+const BEFORE_FENCES: usize = 7;
+
+/// Which layouts [`PostgresStore::check_layout`] accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// The current one, or the one before fences, which the migration brings up to date.
+    BeforeMigration,
+    /// The current one only.
+    Current,
+}
+
 impl PostgresStore {
-    /// Creates the records table and its expiry index if they do not exist, and checks
-    /// that the table is laid out as this adapter's. Nothing else is created. Safe to run
+    /// Creates the records table, its expiry index and the sequence its fences are drawn
+    /// from (`{table}_fence`, MODEL.md `F1`) if they do not exist, adds the `fence` column
+    /// to a table made before fences, and checks that the table is laid out as this
+    /// adapter's. Nothing else is created. Safe to run
     /// again and from several processes at once (an advisory lock serialises it). A table
     /// of the same name that is not this adapter's is left as it is and reported
     /// ([`PostgresError::Layout`]).
@@ -37,12 +53,12 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await?;
         if self.relation_kind(&mut tx).await?.is_some() {
-            self.check_layout(&mut tx).await?;
+            self.check_layout(&mut tx, Layout::BeforeMigration).await?;
         }
         sqlx::raw_sql(AssertSqlSafe(Arc::clone(&self.inner.sql.migrate)))
             .execute(&mut *tx)
             .await?;
-        self.check_layout(&mut tx).await?;
+        self.check_layout(&mut tx, Layout::Current).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -59,8 +75,13 @@ impl PostgresStore {
     }
 
     /// Whether the table is laid out as this adapter's: the columns, their types and
-    /// nullability, in order, and the primary key on (operation, key).
-    async fn check_layout(&self, conn: &mut PgConnection) -> Result<(), PostgresError> {
+    /// nullability, in order, and the primary key on (operation, key). Before the migration
+    /// runs, a table made before fences (without the `fence` column) is this adapter's too.
+    async fn check_layout(
+        &self,
+        conn: &mut PgConnection,
+        when: Layout,
+    ) -> Result<(), PostgresError> {
         let layout = |detail: String| PostgresError::Layout {
             table: self.inner.table.to_string(),
             detail,
@@ -87,7 +108,8 @@ impl PostgresStore {
             .iter()
             .map(|(name, kind, not_null)| ((*name).to_owned(), (*kind).to_owned(), *not_null))
             .collect();
-        if columns != expected {
+        let earlier = when == Layout::BeforeMigration && columns[..] == expected[..BEFORE_FENCES];
+        if columns != expected && !earlier {
             return Err(layout(format!(
                 "its columns are {columns:?}, not {expected:?}"
             )));

@@ -2,7 +2,10 @@
 //! core's record machine and to a store; every reply must agree, step for step.
 //!
 //! Every statement reports the server instant it judged by; the model is stepped at that
-//! same instant, so the comparison is exact although the server's clock is real. Leases and
+//! same instant, so the comparison is exact although the server's clock is real. The model
+//! hands a grant the fence the store granted, and the checker holds each key's grants to
+//! F1: every fence above the ones before it; renewals, repeated reserves and reads must then
+//! show the model's (the holder's) fence. Leases and
 //! retentions of a few milliseconds, with sleeps between steps, make expiry happen often.
 
 use std::collections::HashMap;
@@ -10,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::StoreError;
-use idem_core::record::{Command, Record, Reply, StoredResult, apply};
-use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
+use idem_core::record::{Command, Record, Reply, StoredResult, apply_fenced};
+use idem_core::{Body, Fence, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_postgres::PostgresStore;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -93,6 +96,7 @@ fn names(case: u64) -> Vec<(Operation, Key)> {
 pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Result<(), String> {
     let names = names(case);
     let mut model: HashMap<usize, Option<Record>> = HashMap::new();
+    let mut last_fence: HashMap<usize, Fence> = HashMap::new();
     for (i, step) in steps.iter().enumerate() {
         match step {
             Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
@@ -103,7 +107,27 @@ pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Res
                     .await
                     .map_err(|e| format!("step {i}: store error {e}"))?;
                 let state = model.entry(*slot).or_default();
-                let transition = apply(state.as_ref(), command.clone(), now);
+                let granted = match &got {
+                    Reply::Reserved(reservation) => reservation.fence,
+                    _ => None,
+                };
+                let mut drawn = None;
+                let transition = apply_fenced(state.as_ref(), command.clone(), now, || {
+                    // A grant without a fence disagrees with the model's below.
+                    let fence = granted.unwrap_or(Fence::MIN);
+                    drawn = Some(fence);
+                    fence
+                });
+                if let (Some(fence), Some(granted)) = (drawn, granted) {
+                    if let Some(last) = last_fence.insert(*slot, fence)
+                        && granted <= last
+                    {
+                        return Err(format!(
+                            "step {i}: F1: {command:?} on slot {slot} granted {granted:?}, \
+                             not above the earlier {last:?}"
+                        ));
+                    }
+                }
                 if got != transition.reply {
                     return Err(format!(
                         "step {i}: {command:?} on slot {slot} at {now:?} on {state:?}: \
