@@ -12,7 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use idem_core::DownstreamKey;
+use idem_core::{DownstreamKey, Fence};
 
 use crate::tally::{Class, UnknownName, parse_name};
 
@@ -31,6 +31,8 @@ pub struct Charge<K> {
     pub at: u64,
     /// The downstream key the request carried (MODEL.md `D1`), if it carried one.
     pub downstream: Option<DownstreamKey>,
+    /// The fence the request carried (MODEL.md `F1`): its attempt's grant's, if it had one.
+    pub fence: Option<Fence>,
 }
 
 /// The provider's statement: every charge, in order. `K` is how the keeper names a key: an
@@ -49,17 +51,18 @@ impl<K> Default for Statement<K> {
 impl<K: PartialEq + fmt::Debug> Statement<K> {
     /// Charges the card under `key` at `at` (by attempt `by`, if known); returns the new line.
     pub fn charge(&mut self, key: K, by: Option<usize>, at: u64) -> &Charge<K> {
-        self.charge_sending(key, by, at, None)
+        self.charge_sending(key, by, at, None, None)
     }
 
     /// As [`charge`](Self::charge), the request carrying `downstream` as the provider's own
-    /// idempotency key.
+    /// idempotency key, and `fence` as its holder's fence.
     pub fn charge_sending(
         &mut self,
         key: K,
         by: Option<usize>,
         at: u64,
         downstream: Option<DownstreamKey>,
+        fence: Option<Fence>,
     ) -> &Charge<K> {
         let id = format!("ch_{}", self.lines.len() + 1);
         self.lines.push(Charge {
@@ -68,6 +71,7 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
             by,
             at,
             downstream,
+            fence,
         });
         let last = self.lines.len() - 1;
         &self.lines[last]
@@ -84,6 +88,7 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
             by,
             at,
             downstream: None,
+            fence: None,
         });
         let last = self.lines.len() - 1;
         &self.lines[last]
@@ -222,17 +227,26 @@ pub enum Provider {
     /// `Idempotency-Key`, for as long as the run lasts. A request without a downstream key
     /// is always an effect.
     Keyed,
+    /// A request whose fence (MODEL.md `F1`) is below the highest fence the provider has
+    /// accepted for the key is refused and makes no effect: a provider that stores, per
+    /// key, the highest fence it has applied (a table of your own, a storage service with
+    /// conditional writes). A request with the highest fence is its holder's again, and one
+    /// without a fence, an effect. It orders holders and deduplicates nothing: a stale
+    /// holder's request that comes before the newer holder's is an effect, and so is the
+    /// newer one's.
+    Fenced,
 }
 
 impl Provider {
     /// Every provider model, in the order above.
-    pub const ALL: [Provider; 2] = [Provider::Plain, Provider::Keyed];
+    pub const ALL: [Provider; 3] = [Provider::Plain, Provider::Keyed, Provider::Fenced];
 
-    /// The model's name on the command line: `plain`, `keyed`.
+    /// The model's name on the command line: `plain`, `keyed`, `fenced`.
     pub fn name(self) -> &'static str {
         match self {
             Provider::Plain => "plain",
             Provider::Keyed => "keyed",
+            Provider::Fenced => "fenced",
         }
     }
 
@@ -248,6 +262,20 @@ impl Provider {
                     if !seen {
                         effects.push(line);
                     }
+                }
+                effects
+            }
+            Provider::Fenced => {
+                let mut highest: Option<Fence> = None;
+                let mut effects: Vec<&Charge<K>> = Vec::with_capacity(1);
+                for line in lines {
+                    if let Some(fence) = line.fence {
+                        if highest.is_some_and(|highest| fence < highest) {
+                            continue;
+                        }
+                        highest = highest.max(Some(fence));
+                    }
+                    effects.push(line);
                 }
                 effects
             }

@@ -608,12 +608,12 @@ fn i7_a_second_charge_explained_by_a_lost_lease_passes() {
 /// request carries the downstream key `sends` gives its attempt.
 fn lost_lease_sending(sends: impl Fn(usize) -> DownstreamKey, provider: Provider) -> History {
     let mut story = Story::new().granted(0, A, None).run(5, A);
-    story.0.charge_sending(10, A, Some(sends(A)));
+    story.0.charge_sending(10, A, Some(sends(A)), None);
     story = story
         .ended(1_190, A, ActionEnd::Succeeded)
         .granted(1_200, B, pending(A, 1_000))
         .run(1_205, B);
-    story.0.charge_sending(1_210, B, Some(sends(B)));
+    story.0.charge_sending(1_210, B, Some(sends(B)), None);
     story = story
         .ended(1_215, B, ActionEnd::Succeeded)
         .store(

@@ -68,6 +68,8 @@ pub struct Summary {
     pub extra_at_provider: CauseCounts,
     /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
     pub absorbed: CauseCounts,
+    /// Stale writes at the provider (MODEL.md `F1`): none at one that honours fences.
+    pub stale_at_provider: u64,
     /// Fault and path classes reached.
     pub exercised: ExercisedCounts,
     /// Every seed with a violation.
@@ -92,6 +94,7 @@ impl Summary {
         self.extra_transactional.merge(&report.extra_transactional);
         self.extra_at_provider.merge(&report.extra_at_provider);
         self.absorbed.merge(&report.absorbed);
+        self.stale_at_provider += report.stale_at_provider;
         self.exercised.merge(&report.exercised);
         if !report.violations.is_empty() {
             self.failing_seeds.push(report.seed);
@@ -188,6 +191,11 @@ impl fmt::Display for Summary {
                 self.absorbed.get(cause)
             )?;
         }
+        writeln!(
+            f,
+            "stale writes at the provider (after a newer holder's): {}",
+            self.stale_at_provider
+        )?;
         let reached = Exercised::ALL.len() - self.exercised.missing().len();
         writeln!(
             f,

@@ -75,6 +75,9 @@ pub struct RunReport {
     pub extra_at_provider: CauseCounts,
     /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
     pub absorbed: CauseCounts,
+    /// Stale writes at the run's provider: effects by a holder whose grant is older than
+    /// that of a holder whose effect came before (MODEL.md `F1`).
+    pub stale_at_provider: u64,
     /// The rules of MODEL.md the run broke, as the judge found them.
     pub violations: Vec<Violation>,
     /// Fault and path classes reached.

@@ -23,7 +23,7 @@
 //! Its `Display` is the run as a story, one line per event, which a counterexample prints.
 
 use idem_core::record::{Command, CommandKind, Record, Reply};
-use idem_core::{DownstreamKey, Fingerprint, Key, Operation, Outcome, OwnerToken};
+use idem_core::{DownstreamKey, Fence, Fingerprint, Key, Operation, Outcome, OwnerToken};
 
 use crate::statement::{Provider, Statement};
 
@@ -261,20 +261,21 @@ impl History {
     /// The action of attempt `who` charges the card under its key at `at`: a line of the
     /// statement and an event. Returns the charge's id.
     pub fn charge(&mut self, at: u64, who: usize) -> &str {
-        self.charge_sending(at, who, None)
+        self.charge_sending(at, who, None, None)
     }
 
     /// As [`charge`](Self::charge), the request carrying `downstream` as the provider's own
-    /// idempotency key (MODEL.md `D1`).
+    /// idempotency key (MODEL.md `D1`) and `fence` as its holder's fence (`F1`).
     pub fn charge_sending(
         &mut self,
         at: u64,
         who: usize,
         downstream: Option<DownstreamKey>,
+        fence: Option<Fence>,
     ) -> &str {
         let key = self.attempts.get(who).map_or(0, |attempt| attempt.key);
         self.statement
-            .charge_sending(key, Some(who), at, downstream);
+            .charge_sending(key, Some(who), at, downstream, fence);
         let charge = self.statement.len() - 1;
         self.push(at, who, EventKind::Charged { charge });
         &self.statement.lines()[charge].id

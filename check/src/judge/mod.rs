@@ -10,8 +10,9 @@
 //!   refused and never replayed (`I4`), nothing but a successful action's result is
 //!   recorded (`I5`), a record lives no longer than its holder's leases and an expired one
 //!   answers as absent (`I6`, `I9`), a lease never shrinks (`I10`), the holder's repeated
-//!   reserve is its reservation unchanged (`I11`), keys are filed as given (`I12`); and
-//!   what the attempt machine says of its lease is what the store holds (the lease view);
+//!   reserve is its reservation unchanged (`I11`), keys are filed as given (`I12`), every
+//!   grant is fenced above the ones before (`fences`, `F1`); and what the attempt machine
+//!   says of its lease is what the store holds (the lease view);
 //! - over the whole run (`effects`, with `honesty` and `answers`): one effect per key, each
 //!   extra one carrying an allowed [`Cause`] (`I7`); an outcome that says its lease held
 //!   really held it ("I7 reported honestly"); identical requests get identical answers,
@@ -40,6 +41,7 @@
 mod answers;
 mod applied;
 mod effects;
+mod fences;
 mod ends;
 mod honesty;
 mod provider;
@@ -115,11 +117,15 @@ pub enum Rule {
     /// one (operation, key) carries the key derived from that operation and key alone, the
     /// same on every attempt, so that a provider that deduplicates by it sees one call.
     DownstreamKeyStable,
+    /// The fence (MODEL.md `F1`): on a store that hands fences out, every grant of a key
+    /// carries a fence above every fence granted for that key before, and the holder keeps
+    /// its own through its renewals.
+    FenceIncreasing,
 }
 
 impl Rule {
     /// Every rule, in the order above.
-    pub const ALL: [Rule; 21] = [
+    pub const ALL: [Rule; 22] = [
         Rule::I1,
         Rule::I2,
         Rule::I3,
@@ -141,6 +147,7 @@ impl Rule {
         Rule::DriverProtocol,
         Rule::TransactionalEffectOnce,
         Rule::DownstreamKeyStable,
+        Rule::FenceIncreasing,
     ];
 
     /// The rule's name, as MODEL.md writes it.
@@ -167,6 +174,7 @@ impl Rule {
             Rule::DriverProtocol => "driver protocol",
             Rule::TransactionalEffectOnce => "T1 transactional-effect-once",
             Rule::DownstreamKeyStable => "D1 downstream-key-stable",
+            Rule::FenceIncreasing => "F1 fence-increasing",
         }
     }
 }

@@ -10,6 +10,7 @@
 use idem_core::DownstreamKey;
 
 use super::effects::{causes, charges_by_key};
+use crate::Charge;
 use super::{Cause, Rule, Run, Verdict};
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
@@ -28,6 +29,7 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
             .take(requests.len() - 1)
             .collect();
         let effects = provider.effects(&requests);
+        verdict.stale_at_provider += stale(run, &effects);
         let extra_effects = causes(run, &effects)
             .into_iter()
             .take(effects.len().saturating_sub(1));
@@ -41,6 +43,32 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
             verdict.absorbed.add(cause);
         }
     }
+}
+
+/// How many of a key's `effects` at the provider were made by a holder whose grant is older
+/// than the grant of a holder whose effect came before: the writes a fence refuses. The
+/// grants' order is the store's (when it wrote each reservation), not the fences', so a
+/// store that hands out fences out of order is seen here too. A run that failed open is
+/// nobody's holder, even when the store granted its lost reserve: it carries no fence, and
+/// its effect is fail-open's extra one (`I7`).
+fn stale(run: &Run<'_>, effects: &[&Charge<usize>]) -> u64 {
+    let mut newest: Option<u64> = None;
+    let mut stale = 0;
+    for effect in effects {
+        let Some(granted) = effect
+            .by
+            .and_then(|who| run.facts.get(who))
+            .filter(|facts| !facts.unprotected)
+            .and_then(|facts| facts.run_grant)
+        else {
+            continue;
+        };
+        if newest.is_some_and(|newest| granted < newest) {
+            stale += 1;
+        }
+        newest = newest.max(Some(granted));
+    }
+    stale
 }
 
 /// `D1`: a request that carries a downstream key carries its (operation, key)'s.

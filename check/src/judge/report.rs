@@ -110,6 +110,11 @@ pub struct Verdict {
     /// The requests that reached the provider and made no effect there (it had seen their
     /// downstream key), by the cause that made them extra calls.
     pub absorbed: CauseCounts,
+    /// Stale writes at the run's provider: effects there made by a holder whose grant is
+    /// older than the grant of a holder that had already made an effect under the key (a
+    /// holder paused past its lease whose request lands after its successor's, overwriting
+    /// newer state). A provider that honours fences refuses every one (MODEL.md `F1`).
+    pub stale_at_provider: u64,
 }
 
 impl Verdict {

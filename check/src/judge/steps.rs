@@ -9,6 +9,7 @@ use idem_core::Timestamp;
 use idem_core::record::{Command, Record};
 
 use super::applied::{Step, store_step};
+use super::fences::Fences;
 use super::sent::command_sent;
 use super::{Rule, Run, Violation};
 use crate::history::{Answer, Event, EventKind, ShortRecord};
@@ -28,6 +29,7 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     // For each attempt, the latest lease end its applied reserves and renewals asked for.
     let mut asked_until: Vec<u64> = vec![0; run.facts.len()];
     let mut view_reported: Vec<bool> = vec![false; run.facts.len()];
+    let mut fences = Fences::new(run.steps_of_record.len());
     for (index, event) in history.events.iter().enumerate() {
         match &event.kind {
             EventKind::Store {
@@ -67,6 +69,7 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
                     after: after.as_ref(),
                 };
                 store_step(run, &step, &asked_until, found);
+                fences.step(run, index, record, after.as_ref(), found);
                 if let Command::Reserve { lease, .. } | Command::Renew { lease, .. } = command
                     && let Some(asked) = asked_until.get_mut(event.who)
                 {

@@ -129,7 +129,8 @@ impl Variant {
                 | Variant::CorruptFailsOpen
                 | Variant::CommitWithoutOwnerCheck
                 | Variant::AbsentCommitRolledBack
-                | Variant::DownstreamKeyPerAttempt,
+                | Variant::DownstreamKeyPerAttempt
+                | Variant::FenceReusedAfterTakeover,
                 _,
             ) => return None,
         })

@@ -19,8 +19,9 @@
 //! The catalogue is here: every variant and its one name. What
 //! each does lives by where its bug is:
 //!
-//! - `store`: the broken stores kept in memory ([`Variant::apply`]), and how a store files
-//!   a key or reads a value that is not a record;
+//! - `store`: the broken stores kept in memory ([`Variant::apply`], and
+//!   [`Variant::apply_fenced`] for one that hands out fences), and how a store files a key or
+//!   reads a value that is not a record;
 //! - `in_front`: the store variants played in front of a real store ([`Variant::in_front`]);
 //! - `driver`: what a broken driver does at an abnormal end (rule 11).
 
@@ -128,6 +129,12 @@ pub enum Variant {
     /// key, and a provider that deduplicates by it charges again (`D1`;
     /// [`Variant::downstream_key`]).
     DownstreamKeyPerAttempt,
+    /// BROKEN store: a takeover of a key whose earlier holder's record is still stored
+    /// (expired, not yet forgotten) is granted that holder's fence again, not a greater one,
+    /// as a store that kept the fence in the record and forgot to advance it would. A
+    /// provider that honours fences then takes the stale holder's write after the new
+    /// holder's (`F1`; [`Variant::apply_fenced`]).
+    FenceReusedAfterTakeover,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -135,7 +142,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 23] = [
+    pub const ALL: [Variant; 24] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -159,6 +166,7 @@ impl Variant {
         Variant::CommitWithoutOwnerCheck,
         Variant::AbsentCommitRolledBack,
         Variant::DownstreamKeyPerAttempt,
+        Variant::FenceReusedAfterTakeover,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -192,6 +200,7 @@ impl Variant {
             Variant::CommitWithoutOwnerCheck => "commit-without-owner-check",
             Variant::AbsentCommitRolledBack => "absent-commit-rolled-back",
             Variant::DownstreamKeyPerAttempt => "downstream-key-per-attempt",
+            Variant::FenceReusedAfterTakeover => "fence-reused-after-takeover",
         }
     }
 }

@@ -5,8 +5,8 @@
 
 use idem_core::record::{self, Transition, Write};
 use idem_core::{
-    Body, Command, Completion, Fingerprint, OwnerToken, Record, Reply, Reservation, StoredResult,
-    Timestamp,
+    Body, Command, Completion, Fence, Fingerprint, OwnerToken, Record, Reply, Reservation,
+    StoredResult, Timestamp,
 };
 
 use super::{TRUNCATED_KEY_LEN, Variant};
@@ -49,6 +49,46 @@ impl Variant {
     /// its own (the result cache returns the winner of the write race).
     pub fn answers_from_store(self) -> bool {
         self == Variant::ResultCache
+    }
+
+    /// One step of this variant's store on a store that hands out fences: for
+    /// [`Variant::Correct`] exactly `record::apply_fenced(stored, command, now, next_fence)`.
+    /// Every variant's fresh grant (a reservation it writes for the owner it grants) gets
+    /// the fence `next_fence` returns, except [`Variant::FenceReusedAfterTakeover`]'s
+    /// takeover of a stored record that carries one, which gets that fence again.
+    pub fn apply_fenced(
+        self,
+        stored: Option<&Record>,
+        command: Command,
+        now: Timestamp,
+        next_fence: impl FnOnce() -> Fence,
+    ) -> Transition {
+        let mut transition = self.apply(stored, command, now);
+        // `apply` writes a fresh grant's reservation without a fence; a renewal and the
+        // holder's repeated reserve carry the stored one through.
+        if let (
+            Reply::Reserved(grant),
+            Write::Put(Record::Pending {
+                owner,
+                fence: fence @ None,
+                ..
+            }),
+        ) = (&mut transition.reply, &mut transition.write)
+            && *owner == grant.owner
+        {
+            let granted = match (self, stored) {
+                (
+                    Variant::FenceReusedAfterTakeover,
+                    Some(Record::Pending {
+                        fence: Some(held), ..
+                    }),
+                ) => *held,
+                _ => next_fence(),
+            };
+            *fence = Some(granted);
+            grant.fence = Some(granted);
+        }
+        transition
     }
 
     /// One step of this variant's store: for [`Variant::Correct`] exactly

@@ -84,6 +84,7 @@ impl World<'_> {
             abandoned_in: None,
             answered: false,
             charge: None,
+            fence: None,
             transactional: slot.transactional,
             written: None,
             read_before_landing: false,
@@ -240,6 +241,7 @@ impl World<'_> {
         let w = &mut self.workers[worker];
         let action = w.action;
         w.running = true;
+        w.fence = w.attempt.fence();
         let unprotected = w.attempt.lease(clock) == LeaseState::Unprotected;
         // The charge comes at its time, unless the action fails or panics first.
         w.effect_pending = !action.fails && action.panic_at.is_none_or(|p| action.effect_at < p);

@@ -1,5 +1,6 @@
 //! The store node: where each key is filed, each command applied at the store's own clock
-//! (the real `record::apply` or a broken variant), a transactional complete committed or
+//! (the real `record::apply_fenced`, every grant fenced from the node's own counter, or a
+//! broken variant), a transactional complete committed or
 //! rolled back with it, the step written down, and the reply and change notices sent back
 //! over the network.
 
@@ -180,9 +181,14 @@ impl World<'_> {
             return;
         }
         let before = self.records[stored].take();
-        let transition = self
-            .variant
-            .apply(before.as_ref(), command.clone(), judged_at);
+        let last_fence = &mut self.fences[stored];
+        let transition =
+            self.variant
+                .apply_fenced(before.as_ref(), command.clone(), judged_at, || {
+                    let fence = idem_core::Fence::next_after(*last_fence, store_now);
+                    *last_fence = Some(fence);
+                    fence
+                });
         self.exercise_step(before.as_ref(), &command, &transition.reply);
         trace!(
             self,

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use idem_check::{ActionEnd, EventKind, Received};
-use idem_core::{ActionResult, Attempt, Body, Outcome, Reply, Timestamp};
+use idem_core::{ActionResult, Attempt, Body, Fence, Outcome, Reply, Timestamp};
 
 use super::World;
 use super::events::{Answer, Event};
@@ -37,6 +37,9 @@ pub(super) struct Worker {
     pub(super) stage: Option<Stage>,
     /// The action runs: handed out, not ended, not dropped.
     pub(super) running: bool,
+    /// The fence of the grant the action was handed out under (MODEL.md `F1`), as its claim
+    /// holds it: what its provider request carries, whatever the attempt does meanwhile.
+    pub(super) fence: Option<Fence>,
     /// The provider's charge is still to come.
     pub(super) effect_pending: bool,
     /// The provider's charge will not land: the action was dropped before sending it.
@@ -117,8 +120,12 @@ impl World<'_> {
             w.attempt.operation(),
             w.attempt.owner(),
         );
+        // And its grant's fence (MODEL.md `F1`), as the claim handed it out.
+        let fence = w.fence;
         let at = self.store_now();
-        let id = self.history.charge_sending(at, worker, Some(downstream));
+        let id = self
+            .history
+            .charge_sending(at, worker, Some(downstream), fence);
         if let Some(out) = self.trace.as_mut() {
             let _ = writeln!(out, "{:>9} provider charges {id} for w{worker}", self.now);
         }
