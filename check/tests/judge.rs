@@ -12,8 +12,8 @@ use idem_check::{
 };
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
 use idem_core::{
-    Abandonment, Body, DownstreamKey, Execution, Fingerprint, Key, Operation, Outcome, OwnerToken,
-    Protection, Recording, Timestamp,
+    Abandonment, Body, DownstreamKey, Execution, Fence, Fingerprint, Key, Operation, Outcome,
+    OwnerToken, Protection, Recording, Timestamp,
 };
 
 const A: usize = 0;
@@ -1332,4 +1332,100 @@ fn t1_a_second_commit_after_the_retention_passes() {
     assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
     assert_eq!(verdict.extra_transactional.get(Cause::RetentionExpired), 1);
     assert_eq!(verdict.extra_transactional.total(), 1);
+}
+
+/// A reservation of `who` until `until` under `fence`.
+fn fenced(who: usize, until: u64, fence: u64) -> Option<Record> {
+    Some(Record::Pending {
+        owner: owner(who),
+        fingerprint: fp_of(who),
+        lease_until: t(until),
+        fence: Fence::new(fence),
+    })
+}
+
+fn granted_under(who: usize, until: u64, fence: u64) -> Reply {
+    Reply::Reserved(Reservation {
+        owner: owner(who),
+        lease_until: Some(t(until)),
+        fence: Fence::new(fence),
+    })
+}
+
+/// A is granted the key under fence `a`, is paused past its lease, B takes the key over under
+/// fence `b` and charges `ch_1`; then A, resumed, charges `ch_2` with its own fence, late.
+fn stale_holder(a: u64, b: u64, provider: Provider) -> History {
+    let mut story = Story::new()
+        .store(
+            0,
+            A,
+            reserve(A),
+            None,
+            granted_under(A, 1_000, a),
+            fenced(A, 1_000, a),
+        )
+        .run(5, A)
+        .store(
+            1_200,
+            B,
+            reserve(B),
+            fenced(A, 1_000, a),
+            granted_under(B, 2_200, b),
+            fenced(B, 2_200, b),
+        )
+        .run(1_205, B);
+    story.0.charge_sending(1_210, B, None, Fence::new(b));
+    story = story.ended(1_215, B, ActionEnd::Succeeded).store(
+        1_220,
+        B,
+        complete(B, "ch_1"),
+        fenced(B, 2_200, b),
+        Reply::Completed(Completion::InTime),
+        completed_with(B, value("ch_1"), 61_220),
+    );
+    story = story.finish(1_220, B, executed(false));
+    story.0.charge_sending(1_250, A, None, Fence::new(a));
+    story = story
+        .ended(1_260, A, ActionEnd::Succeeded)
+        .store(
+            1_300,
+            A,
+            complete(A, "ch_2"),
+            completed_with(B, value("ch_1"), 61_220),
+            Reply::Refused(Refusal::NotOwner),
+            completed_with(B, value("ch_1"), 61_220),
+        )
+        .finish(1_300, A, executed(true));
+    story.0.provider = provider;
+    story.0
+}
+
+#[test]
+fn f1_a_takeover_fenced_above_its_predecessor_passes_and_its_stale_write_is_refused() {
+    let verdict = judge(&stale_holder(5, 6, Provider::Fenced));
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    // `I7` counts the stale holder's extra call; the fenced provider refused it.
+    assert_eq!(verdict.extra.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.extra_at_provider.total(), 0);
+    assert_eq!(verdict.absorbed.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.stale_at_provider, 0);
+    // Without fences at the provider, the stale write lands after its successor's.
+    let plain = judge(&stale_holder(5, 6, Provider::Plain));
+    assert!(plain.violations.is_empty(), "{:?}", plain.violations);
+    assert_eq!(plain.stale_at_provider, 1);
+}
+
+#[test]
+fn f1_a_takeover_under_its_predecessors_fence_is_caught() {
+    for b in [5, 4] {
+        let verdict = judge(&stale_holder(5, b, Provider::Fenced));
+        assert_eq!(
+            verdict.rules().into_iter().collect::<Vec<_>>(),
+            [Rule::FenceIncreasing],
+            "{:?}",
+            verdict.violations
+        );
+        // The provider cannot tell the stale holder from its successor: the late write lands.
+        assert_eq!(verdict.stale_at_provider, 1, "fence {b}");
+    }
 }

@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use idem_check::{InFront, TRUNCATED_KEY_LEN, Variant};
-use idem_core::record::{Command, Record, Reply, StoredResult, Transition, Write, apply};
-use idem_core::{Body, Fingerprint, OwnerToken, Timestamp};
+use idem_core::record::{
+    Command, Record, Reply, StoredResult, Transition, Write, apply, apply_fenced,
+};
+use idem_core::{Body, Fence, Fingerprint, OwnerToken, Timestamp};
 
 fn owner(n: u128) -> OwnerToken {
     OwnerToken::from_u128(n)
@@ -18,7 +20,13 @@ fn fp(n: u8) -> Fingerprint {
     Fingerprint::of_bytes(&[n])
 }
 
-/// Records a key can hold: none, a reservation of owner 1, its completed result.
+/// The fence a store that hands them out grants next, in these tests.
+fn next_fence() -> Fence {
+    Fence::new(8).expect("a fence")
+}
+
+/// Records a key can hold: none, a reservation of owner 1 (unfenced, and under fence 7), its
+/// completed result.
 fn states() -> Vec<Option<Record>> {
     vec![
         None,
@@ -27,6 +35,12 @@ fn states() -> Vec<Option<Record>> {
             fingerprint: fp(0),
             lease_until: Timestamp::from_millis(1_000),
             fence: None,
+        }),
+        Some(Record::Pending {
+            owner: owner(1),
+            fingerprint: fp(0),
+            lease_until: Timestamp::from_millis(1_000),
+            fence: Fence::new(7),
         }),
         Some(Record::Completed {
             owner: owner(1),
@@ -124,6 +138,10 @@ fn the_correct_variant_is_the_record_machine() {
                     apply(state.as_ref(), command.clone(), now)
                 );
                 assert_eq!(
+                    Variant::Correct.apply_fenced(state.as_ref(), command.clone(), now, next_fence),
+                    apply_fenced(state.as_ref(), command.clone(), now, next_fence)
+                );
+                assert_eq!(
                     Variant::Correct.in_front(state.as_ref(), command.clone()),
                     Some(InFront::Forward(command.clone()))
                 );
@@ -141,6 +159,8 @@ fn every_store_variant_departs_from_the_record_machine() {
                     let now = Timestamp::from_millis(now);
                     variant.apply(state.as_ref(), command.clone(), now)
                         != apply(state.as_ref(), command.clone(), now)
+                        || variant.apply_fenced(state.as_ref(), command.clone(), now, next_fence)
+                            != apply_fenced(state.as_ref(), command.clone(), now, next_fence)
                 })
             })
         });

@@ -63,7 +63,10 @@ async fn first_divergence<S: Store>(
         };
         let now = clock();
         let (operation, name) = names(&format!("op{op}"), &format!("k{key}"));
-        let got = store.apply(&operation, &name, command.clone()).await.unwrap();
+        let got = store
+            .apply(&operation, &name, command.clone())
+            .await
+            .unwrap();
         let granted = match &got {
             Reply::Reserved(grant) => grant.fence,
             _ => None,

@@ -95,7 +95,11 @@ impl TimedStore for FirstFenceForever {
             && let Some(fence) = grant.fence
         {
             let mut first = self.first.lock().unwrap();
-            grant.fence = Some(*first.entry((operation.clone(), key.clone())).or_insert(fence));
+            grant.fence = Some(
+                *first
+                    .entry((operation.clone(), key.clone()))
+                    .or_insert(fence),
+            );
         }
         Ok((reply, now))
     }

@@ -739,7 +739,11 @@ async fn every_grant_is_fenced_above_the_ones_before() {
         .unwrap();
     assert_eq!(fence_of(&renewed), f1, "a renewal keeps the holder's fence");
     let again = store.apply(&o, &k, reserve(1, 1, 60_000)).await.unwrap();
-    assert_eq!(fence_of(&again), f1, "so does the holder's repeated reserve");
+    assert_eq!(
+        fence_of(&again),
+        f1,
+        "so does the holder's repeated reserve"
+    );
     let Reply::Read(Some(Record::Pending { fence, .. })) =
         store.apply(&o, &k, Command::Read).await.unwrap()
     else {
@@ -757,12 +761,18 @@ async fn every_grant_is_fenced_above_the_ones_before() {
 
     tokio::time::sleep(Duration::from_millis(60)).await;
     let f3 = fence_of(&store.apply(&o, &k, reserve(3, 1, 60_000)).await.unwrap());
-    assert!(f3 > f2, "a takeover after the lease ran out: {f3:?} after {f2:?}");
+    assert!(
+        f3 > f2,
+        "a takeover after the lease ran out: {f3:?} after {f2:?}"
+    );
     let done = store.apply(&o, &k, complete(3, 1, "ok", 30)).await.unwrap();
     assert_eq!(done, Reply::Completed(Completion::InTime));
     tokio::time::sleep(Duration::from_millis(60)).await;
     let f4 = fence_of(&store.apply(&o, &k, reserve(4, 1, 60_000)).await.unwrap());
-    assert!(f4 > f3, "a grant after the result expired: {f4:?} after {f3:?}");
+    assert!(
+        f4 > f3,
+        "a grant after the result expired: {f4:?} after {f3:?}"
+    );
 }
 
 #[tokio::test]

@@ -5,6 +5,11 @@
 //! the lease lost, the holder crashed or paused, the fail-open run, the retry after the
 //! record expired all send the key the first call sent, and the provider answers them with
 //! its first effect.
+//!
+//! And what the fence buys (MODEL.md `F1`): at a provider that refuses a fence below the
+//! highest it has seen, no holder's write lands after a newer holder's, where the plain
+//! provider takes such stale writes; it deduplicates nothing, so the extra calls stay extra
+//! effects but for those stale ones.
 
 use idem_sim::{Cause, Config, Provider, Summary, explore};
 
@@ -58,4 +63,32 @@ fn the_provider_is_named_on_the_command_line() {
     }
     let err = "lenient".parse::<Provider>().unwrap_err();
     assert!(err.to_string().contains("keyed"), "{err}");
+}
+
+#[test]
+fn a_provider_that_honours_fences_takes_no_stale_write() {
+    let plain = at(Provider::Plain);
+    let fenced = at(Provider::Fenced);
+    assert!(fenced.failing_seeds.is_empty(), "{fenced}");
+    assert_eq!(plain.requests, fenced.requests);
+    // Stale writes happen: a holder paused past its lease, or cut off, whose request lands
+    // after the request of the holder that took its key over.
+    assert!(plain.stale_at_provider > 0, "{plain}");
+    // The fenced provider refuses each of them, and nothing else.
+    assert_eq!(fenced.stale_at_provider, 0, "{fenced}");
+    assert_eq!(fenced.absorbed.total(), plain.stale_at_provider, "{fenced}");
+    assert_eq!(
+        fenced.extra_at_provider.total() + fenced.absorbed.total(),
+        plain.extra_at_provider.total()
+    );
+    // A fence orders holders, it does not deduplicate: a run that failed open carries none,
+    // and a stale holder that comes first is still an effect.
+    assert_eq!(
+        fenced.extra_at_provider.get(Cause::FailOpen),
+        plain.extra_at_provider.get(Cause::FailOpen)
+    );
+    assert!(
+        fenced.extra_at_provider.get(Cause::LeaseExpired) > 0,
+        "{fenced}"
+    );
 }

@@ -277,3 +277,30 @@ fn a_downstream_key_that_changes_between_attempts_is_caught() {
     assert!(correct.failing_seeds.is_empty(), "{correct}");
     assert_eq!(correct.extra_at_provider.total(), 0, "{correct}");
 }
+
+#[test]
+fn a_fence_reused_after_a_takeover_is_caught() {
+    // The store hands the holder that takes a key over the fence of the holder it took it
+    // from: F1 is broken at that grant, and at a provider that honours fences the stale
+    // holder's request, which carries the same fence, lands after its successor's.
+    let broken = Config {
+        variant: Variant::FenceReusedAfterTakeover,
+        provider: Provider::Fenced,
+        ..Config::default()
+    };
+    let summary = explore(0, 3_000, &broken, |_| {}).unwrap();
+    assert!(caught_by(&summary, Rule::FenceIncreasing) > 0, "{summary}");
+    assert!(summary.stale_at_provider > 0, "{summary}");
+    let correct = explore(
+        0,
+        3_000,
+        &Config {
+            provider: Provider::Fenced,
+            ..Config::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    assert!(correct.failing_seeds.is_empty(), "{correct}");
+    assert_eq!(correct.stale_at_provider, 0, "{correct}");
+}

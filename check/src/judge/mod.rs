@@ -41,8 +41,8 @@
 mod answers;
 mod applied;
 mod effects;
-mod fences;
 mod ends;
+mod fences;
 mod honesty;
 mod provider;
 mod report;

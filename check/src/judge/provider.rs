@@ -10,8 +10,8 @@
 use idem_core::DownstreamKey;
 
 use super::effects::{causes, charges_by_key};
-use crate::Charge;
 use super::{Cause, Rule, Run, Verdict};
+use crate::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
     downstream_keys(run, verdict);
