@@ -80,6 +80,7 @@
 //! isolation level) is in MODEL.md, section "PostgreSQL (idem-postgres)".
 
 mod error;
+mod fence_guard;
 mod row;
 pub mod sql;
 mod store;
@@ -110,6 +111,7 @@ pub mod table;
 pub use sqlx;
 
 pub use error::{CommandTimeout, PostgresError};
+pub use fence_guard::{Admission, DEFAULT_FENCE_TABLE, FenceGuard};
 pub use store::{
     DEFAULT_COMMAND_TIMEOUT, MAX_DURATION_MS, MAX_RACES, PostgresStore, PostgresStoreBuilder,
     StoreStats,

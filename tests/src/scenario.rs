@@ -90,6 +90,8 @@ impl Scenario {
     /// - `ResultCache`, `GrantsEveryReserve`: two callers that overlap, nothing else.
     /// - `CompleteWithoutOwnerCheck`, `LateCompleteInTime`: the stale holder completes
     ///   after its lease ran out.
+    /// - `FenceReusedAfterTakeover`: the second caller takes over the holder's expired
+    ///   reservation.
     /// - `ReleaseWithoutOwnerCheck`: the stale holder's action fails and it releases.
     /// - `RenewWithoutOwnerCheck`, `IgnoresRenewals`: the holder's action is slow and
     ///   renews.
@@ -123,7 +125,8 @@ impl Scenario {
             | Variant::IgnoresOperation
             | Variant::CommitWithoutOwnerCheck
             | Variant::AbsentCommitRolledBack
-            | Variant::DownstreamKeyPerAttempt => {}
+            | Variant::DownstreamKeyPerAttempt
+            | Variant::FenceReusedAfterTakeover => {}
             Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
             Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {

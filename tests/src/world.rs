@@ -100,6 +100,9 @@ impl Delivery {
 pub struct World {
     variant: Variant,
     records: Vec<Option<Record>>,
+    /// Each key's last fence granted (MODEL.md `F1`): the store counts them per key, from
+    /// its clock ([`idem_core::Fence::next_after`]).
+    fences: Vec<Option<idem_core::Fence>>,
     /// Keys that hold a corrupt value.
     corrupt: Vec<bool>,
     /// Where each caller's attempts start among the history's attempts.
@@ -137,6 +140,7 @@ impl World {
         Self {
             variant,
             records: vec![None; keys],
+            fences: vec![None; keys],
             corrupt: (0..keys).map(|key| corrupt.contains(&key)).collect(),
             first_attempt,
             history,
@@ -186,7 +190,19 @@ impl World {
                 }
             }
         } else {
-            let transition = self.variant.apply(before.as_ref(), command.clone(), now);
+            let last_fence = self.fences.get_mut(key);
+            let transition =
+                self.variant
+                    .apply_fenced(before.as_ref(), command.clone(), now, || {
+                        let fence = idem_core::Fence::next_after(
+                            last_fence.as_deref().copied().flatten(),
+                            Timestamp::from_millis(store_now),
+                        );
+                        if let Some(last) = last_fence {
+                            *last = Some(fence);
+                        }
+                        fence
+                    });
             self.apply(key, transition)
         };
         let after = self.records.get(key).cloned().flatten();

@@ -179,3 +179,8 @@ fn loom_finds_every_variant_it_can_expose() {
         );
     }
 }
+
+#[test]
+fn loom_finds_fence_reused_after_takeover() {
+    finds(Variant::FenceReusedAfterTakeover, &[Rule::FenceIncreasing]);
+}

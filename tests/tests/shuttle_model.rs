@@ -208,3 +208,8 @@ fn shuttle_finds_ignores_renewals() {
 fn shuttle_finds_panic_as_not_stored() {
     finds(Variant::PanicAsNotStored, &[Rule::PanicIsOutcomeUnknown]);
 }
+
+#[test]
+fn shuttle_finds_fence_reused_after_takeover() {
+    finds(Variant::FenceReusedAfterTakeover, &[Rule::FenceIncreasing]);
+}

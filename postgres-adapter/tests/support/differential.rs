@@ -118,15 +118,14 @@ pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Res
                     drawn = Some(fence);
                     fence
                 });
-                if let (Some(fence), Some(granted)) = (drawn, granted) {
-                    if let Some(last) = last_fence.insert(*slot, fence)
-                        && granted <= last
-                    {
-                        return Err(format!(
-                            "step {i}: F1: {command:?} on slot {slot} granted {granted:?}, \
-                             not above the earlier {last:?}"
-                        ));
-                    }
+                if let (Some(fence), Some(granted)) = (drawn, granted)
+                    && let Some(last) = last_fence.insert(*slot, fence)
+                    && granted <= last
+                {
+                    return Err(format!(
+                        "step {i}: F1: {command:?} on slot {slot} granted {granted:?}, \
+                         not above the earlier {last:?}"
+                    ));
                 }
                 if got != transition.reply {
                     return Err(format!(
