@@ -143,7 +143,7 @@ pub use idem_core::record;
 pub use idem_core::{
     DownstreamKey, Fence, Fingerprint, FingerprintBuilder, FingerprintError, InFlightPolicy, Key,
     KeyError, LeaseState, Operation, OperationError, Options, OptionsBuilder, OptionsError,
-    OwnerToken, Recording, Refusal, StoreFailurePolicy, StoredResult, Timestamp,
+    OwnerToken, ParseFenceError, Recording, Refusal, StoreFailurePolicy, StoredResult, Timestamp,
 };
 pub use memory::MemoryStore;
 pub use metrics::{MetricsSnapshot, ReplayCacheStats, StoreErrors};

@@ -41,10 +41,10 @@ use axum::{Json, Router};
 use clap::{Parser, ValueEnum};
 use idem::record::{Body, Command, Reply, StoredResult};
 use idem::{
-    AnyStore, Coordinator, Fingerprint, InFlightPolicy, Key, MemoryStore, Operation, Options,
-    OwnerToken, Store, StoreFailurePolicy,
+    AnyStore, Coordinator, Fence, Fingerprint, InFlightPolicy, Key, MemoryStore, Operation,
+    Options, OwnerToken, Store, StoreFailurePolicy,
 };
-use idem_http::{Claimed, IdempotencyKey, IdempotencyLayer};
+use idem_http::{Claimed, FENCING_TOKEN, IdempotencyKey, IdempotencyLayer, fencing_token};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -117,28 +117,42 @@ struct Remote {
 }
 
 impl Remote {
-    /// Charges under `key`, the provider's own idempotency key. While the provider says the
-    /// same key is in progress (409, a takeover racing a paused holder's request), asks again
-    /// after its `Retry-After`, for up to 30 s.
-    async fn charge(&self, key: &str, order: &Order) -> Result<String, String> {
+    /// Charges under `key`, the provider's own idempotency key, sending the holder's `fence`
+    /// when the store handed one out (`Fencing-Token`, MODEL.md `F1`). While the provider says
+    /// the same key is in progress (409 with `Retry-After`, a takeover racing a paused
+    /// holder's request), asks again after it, for up to 30 s; a 409 without it (a stale
+    /// fence: a newer holder has called) is final.
+    async fn charge(
+        &self,
+        key: &str,
+        fence: Option<Fence>,
+        order: &Order,
+    ) -> Result<String, String> {
         let body = json!({ "amount": order.amount, "currency": order.currency });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let response = self
+            let mut request = self
                 .client
                 .post(&self.charges)
                 .header("idempotency-key", key)
-                .json(&body)
+                .json(&body);
+            if let Some(fence) = fence {
+                request = request.header(FENCING_TOKEN, fencing_token(fence));
+            }
+            let response = request
                 .send()
                 .await
                 .map_err(|error| format!("the provider did not answer: {error}"))?;
             let status = response.status();
-            if status == StatusCode::CONFLICT && tokio::time::Instant::now() < deadline {
-                let wait = response
-                    .headers()
-                    .get(header::RETRY_AFTER)
-                    .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
-                    .map_or(Duration::from_millis(200), Duration::from_secs);
+            let retry_after = response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+            if status == StatusCode::CONFLICT
+                && let Some(seconds) = retry_after
+                && tokio::time::Instant::now() < deadline
+            {
+                let wait = Duration::from_secs(seconds);
                 tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
                 continue;
             }
@@ -164,7 +178,8 @@ impl Provider {
     /// charges one request made, and a provider that deduplicates by it would have made one.
     ///
     /// With a remote provider, the downstream key is sent as its `Idempotency-Key` (the
-    /// client's key where the handler runs without the layer).
+    /// client's key where the handler runs without the layer), and the claim's fence as its
+    /// `Fencing-Token`.
     async fn charge(
         &self,
         key: Option<&str>,
@@ -177,7 +192,8 @@ impl Provider {
                 (None, Some(key)) => key.to_owned(),
                 (None, None) => return Err("no key to send the provider".to_owned()),
             };
-            return remote.charge(&idempotency_key, order).await;
+            let fence = claimed.as_ref().and_then(|claimed| claimed.fence());
+            return remote.charge(&idempotency_key, fence, order).await;
         }
         let id = {
             let mut statement = self.statement.lock().unwrap_or_else(|e| e.into_inner());

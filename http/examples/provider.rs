@@ -14,6 +14,12 @@
 //! refused with `400`: this provider never charges unprotected. `GET /charges` answers the
 //! statement (each charge's id and key) and how many requests were replays, as JSON.
 //!
+//! It honours fences too (MODEL.md `F1`): a request may carry its holder's fence in
+//! `Fencing-Token` (`idem_http::FENCING_TOKEN`). Per key, the provider keeps the highest fence
+//! it has seen, and refuses a request whose fence is below it with `409` and no
+//! `Retry-After` (counted `stale` on the statement): a holder granted the key after this
+//! one has already called. A fence equal to the highest is the same holder's request again.
+//!
 //! The payments example sends it the downstream key of each request's claim (MODEL.md `D1`),
 //! so every attempt of one payment, on any process, is one charge here: also the attempts
 //! idem itself can only report, such as a holder paused past its lease and taken over.
@@ -29,6 +35,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use clap::Parser;
+use idem::Fence;
+use idem_http::FencingToken;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -50,12 +58,14 @@ struct ChargeRequest {
     currency: String,
 }
 
-/// One key's charge: the request it was made for, and its answer once given.
+/// One key's charge: the request it was made for, its answer once given, and the highest
+/// fence a request under the key carried.
 #[derive(Debug)]
 struct Entry {
     request: ChargeRequest,
     id: String,
     answered: bool,
+    fence: Option<Fence>,
 }
 
 /// What `GET /charges` answers.
@@ -66,6 +76,9 @@ pub(crate) struct Statement {
     /// Requests answered with an earlier charge (replays) or told to come back (409).
     pub(crate) replays: usize,
     pub(crate) in_flight: usize,
+    /// Requests refused because their fence was below the highest the key had seen.
+    #[serde(default)]
+    pub(crate) stale: usize,
 }
 
 #[derive(Debug, Default)]
@@ -97,9 +110,23 @@ async fn charge(
     else {
         return problem(StatusCode::BAD_REQUEST, "an Idempotency-Key is required");
     };
+    let fence = match FencingToken::from_headers(&headers) {
+        Ok(token) => token.map(|FencingToken(fence)| fence),
+        Err(error) => return problem(StatusCode::BAD_REQUEST, &error.to_string()),
+    };
     let id = {
         let mut provider = app.provider.lock().unwrap_or_else(|e| e.into_inner());
         let Provider { entries, statement } = &mut *provider;
+        if let (Some(fence), Some(entry)) = (fence, entries.get_mut(&key)) {
+            if entry.fence.is_some_and(|highest| fence < highest) {
+                statement.stale += 1;
+                return problem(
+                    StatusCode::CONFLICT,
+                    "a holder granted this key after the sender has called: its fence is stale",
+                );
+            }
+            entry.fence = Some(fence);
+        }
         match entries.get(&key) {
             Some(entry) if entry.request != request => {
                 return problem(
@@ -137,6 +164,7 @@ async fn charge(
                         request: request.clone(),
                         id: id.clone(),
                         answered: false,
+                        fence,
                     },
                 );
                 id

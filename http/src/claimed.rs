@@ -3,15 +3,18 @@
 //! The layer runs the handler as the action of an idem call; the action's
 //! [`Claim`](idem::Claim) is put in the request's extensions, so that a handler can pass the
 //! call's [`downstream_key`](idem::Claim::downstream_key) on to the provider it calls
-//! (MODEL.md `D1`), and see whether it still holds its lease before an effect.
+//! (MODEL.md `D1`), and its [`fence`](idem::Claim::fence) (`F1`, sent as
+//! [`FENCING_TOKEN`](crate::FENCING_TOKEN)), and see whether it still holds its lease
+//! before an effect.
 
 use http::Extensions;
 use idem::Claim;
 
 /// The [`Claim`] the handler runs under, lent by an [`IdempotencyLayer`](crate::IdempotencyLayer):
-/// the request's key, operation (with its tenant scope), lease, and the downstream key to send
+/// the request's key, operation (with its tenant scope), lease, the downstream key to send
 /// to a provider, which is the same on every retry of the request, whichever process serves it
-/// and whether or not the store answered.
+/// and whether or not the store answered, and the fence of the request's grant, above every
+/// earlier grant's of its key.
 ///
 /// With axum it is an extractor (`Claimed(claim): Claimed`), rejected with a 500 problem
 /// marked [`Disposition::Release`](crate::Disposition::Release) (the handler did not run)

@@ -292,6 +292,7 @@
 
 mod claimed;
 mod disposition;
+mod fencing;
 pub mod header;
 mod layer;
 pub mod problem;
@@ -306,6 +307,7 @@ pub mod metrics;
 
 pub use claimed::{ClaimUnavailable, Claimed};
 pub use disposition::Disposition;
+pub use fencing::{FENCING_TOKEN, FencingToken, FencingTokenError, fencing_token};
 pub use header::{BareToken, IDEMPOTENCY_KEY, KeyHeaderError};
 pub use layer::{
     ConfigError, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_STORED_HEADERS, IDEMPOTENT_REPLAYED,

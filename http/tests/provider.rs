@@ -7,6 +7,9 @@
 //! first charge by the provider: one charge per payment. The paused process is resumed and
 //! its late completes are refused.
 //!
+//! The provider example also honours fences (MODEL.md `F1`): a request whose
+//! `Fencing-Token` is below the highest its key has seen is refused (409, no `Retry-After`).
+//!
 //! The processes are this test binary itself, started again with an example's arguments in
 //! `IDEM_PAYMENTS_ARGS` or `IDEM_PROVIDER_ARGS`: it then serves that example's own code
 //! (included below) instead of testing. Hence `harness = false`, as in `sigterm.rs`.
@@ -40,6 +43,7 @@ fn main() {
             "provider",
             a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider(),
         );
+        run_test("provider fences", the_provider_refuses_a_stale_fence());
     }
 }
 
@@ -182,4 +186,54 @@ async fn a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider() {
     assert!(statement.replays >= KEYS, "{} replays", statement.replays);
     let ids: BTreeSet<String> = statement.charges.iter().map(|(id, _)| id.clone()).collect();
     assert_eq!(answered, ids);
+}
+
+/// The provider example over real HTTP: per key, a fence below the highest seen is refused
+/// and counted stale; the same fence is the holder's request again, a higher one a newer
+/// holder's; a value that is not a fence is a 400.
+async fn the_provider_refuses_a_stale_fence() {
+    let port = free_port();
+    let _provider = ExampleProcess::start(
+        PROVIDER,
+        &["--addr", &format!("127.0.0.1:{port}"), "--takes-ms", "0"],
+        "provider on",
+    );
+    let client = reqwest::Client::new();
+    let charge = |key: &'static str, fence: Option<&'static str>| {
+        let mut request = client
+            .post(format!("http://127.0.0.1:{port}/charges"))
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(r#"{"amount": 100, "currency": "eur"}"#);
+        if let Some(fence) = fence {
+            request = request.header(idem_http::FENCING_TOKEN, fence);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let retry_after = response.headers().contains_key("retry-after");
+            (status, retry_after)
+        }
+    };
+    assert_eq!(charge("k1", Some("5")).await, (201, false));
+    // A holder granted before the one that called: refused, and told not to retry.
+    assert_eq!(charge("k1", Some("4")).await, (409, false));
+    // The same holder again, then a newer one: the first charge, replayed.
+    assert_eq!(charge("k1", Some("5")).await, (200, false));
+    assert_eq!(charge("k1", Some("9")).await, (200, false));
+    assert_eq!(charge("k1", Some("5")).await, (409, false));
+    // Keys are apart; a request without a fence is not judged by one.
+    assert_eq!(charge("k2", Some("1")).await, (201, false));
+    assert_eq!(charge("k1", None).await, (200, false));
+    assert_eq!(charge("k3", Some("0")).await, (400, false));
+    let statement: provider::Statement = client
+        .get(format!("http://127.0.0.1:{port}/charges"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(statement.charges.len(), 2, "{:?}", statement.charges);
+    assert_eq!(statement.stale, 2);
 }
