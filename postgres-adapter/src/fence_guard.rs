@@ -38,7 +38,15 @@ pub enum Admission {
     },
 }
 
-/// The fence check of a provider you own in PostgreSQL; see the [module docs](self).
+/// The fence check of a provider you own in PostgreSQL (MODEL.md `F1`).
+///
+/// Per guarded resource (an account, an order, the call's downstream key), one row in a table
+/// of its own keeps the highest fence a write was admitted under; [`admit`](Self::admit), in
+/// the caller's transaction and before its writes, admits a fence not below it and keeps the
+/// row locked until the transaction ends, so a holder with a lower fence waits and is then
+/// refused. The same fence is admitted again (the same holder's retried or second write). A
+/// fence orders holders and deduplicates nothing: a stale holder admitted *before* its
+/// successor wrote all the same; pass the downstream key (`D1`) for that.
 ///
 /// ```no_run
 /// # async fn demo(
