@@ -1,16 +1,24 @@
-//! The record encoding, version 2: how one record is laid out in one Redis string.
+//! The record encoding, versions 2 and 3: how one record is laid out in one Redis string.
 //!
 //! ```text
 //! offset  size  field
 //!      0     2  magic "id"
-//!      2     1  version (2)
+//!      2     1  version: 2, or 3 for a pending record that carries its fence
 //!      3     1  state: 1 pending, 2 completed without a body, 3 completed with a body,
 //!               4 pending with a waiter told about it (its complete or release is announced),
 //!               6 completed as "outcome unknown" (the action panicked), without a body
 //!      4    16  owner token, big-endian
 //!     20    32  fingerprint (SHA-256)
-//!     52     …  the body (state 3 only; may be empty)
+//!     52     …  version 2: the body (state 3 only; may be empty)
+//!     52     8  version 3: the grant's fence (MODEL.md `F1`), big-endian; states 1 and 4 only
 //! ```
+//!
+//! A store that hands out fences ([`RedisStoreBuilder::fences`]) writes every reservation it
+//! grants as version 3; everything else is version 2. Every version of this adapter that reads
+//! version 3 reads both; one that reads only version 2 reports a version-3 record as not its
+//! own, so fences are turned on once every process reads version 3.
+//!
+//! [`RedisStoreBuilder::fences`]: crate::RedisStoreBuilder::fences
 //!
 //! **The value holds no deadline: a record is live exactly while its key exists** (layout 2,
 //! MODEL.md "Redis"). Its deadline (the lease end of a pending record, the retention end of a
@@ -37,17 +45,23 @@
 //! [`MAX_DEADLINE_MS`], which is also the deadline of a key without an expiry.
 
 use idem_core::record::LiveRecord;
-use idem_core::{Body, Fingerprint, OwnerToken, Record, StoredResult, Timestamp};
+use idem_core::{Body, Fence, Fingerprint, OwnerToken, Record, StoredResult, Timestamp};
 use thiserror::Error;
 
 /// The first two bytes of every record.
 pub const MAGIC: [u8; 2] = *b"id";
 
-/// The encoding version this adapter writes and reads.
+/// The encoding version this adapter writes, but for a fenced reservation.
 pub const VERSION: u8 = 2;
+
+/// The encoding version of a pending record that carries its fence.
+pub const VERSION_FENCED: u8 = 3;
 
 /// The length of the fixed header; a record without a body is exactly this long.
 pub const HEADER_LEN: usize = 52;
+
+/// The length of a pending record that carries its fence (version 3).
+pub const FENCED_LEN: usize = HEADER_LEN + 8;
 
 /// The latest deadline a record can carry, in milliseconds: 2^53 - 1.
 pub const MAX_DEADLINE_MS: u64 = (1 << 53) - 1;
@@ -84,6 +98,16 @@ pub enum DecodeError {
         /// The value's length.
         len: usize,
     },
+    /// A version-3 record that is not a pending one of [`FENCED_LEN`] bytes with a fence.
+    #[error(
+        "a fenced record is a pending one of {FENCED_LEN} bytes with a fence, not {len} bytes in state {state}"
+    )]
+    BadFenced {
+        /// The value's length.
+        len: usize,
+        /// Its state byte.
+        state: u8,
+    },
 }
 
 /// What a value holds: a record without its deadline (which is the key's expiry).
@@ -95,6 +119,8 @@ pub struct Stored {
     pub fingerprint: Fingerprint,
     /// Pending or completed.
     pub state: StoredState,
+    /// The fence of a pending record granted by a store that hands out fences (version 3).
+    pub fence: Option<Fence>,
 }
 
 /// A [`Stored`] record's state.
@@ -117,7 +143,7 @@ impl Stored {
             StoredState::Pending { .. } => LiveRecord::Pending {
                 owner: self.owner,
                 fingerprint: self.fingerprint,
-                fence: None,
+                fence: self.fence,
             },
             StoredState::Completed(result) => LiveRecord::Completed {
                 fingerprint: self.fingerprint,
@@ -132,13 +158,14 @@ impl Stored {
             owner,
             fingerprint,
             state,
+            fence,
         } = self;
         match state {
             StoredState::Pending { .. } => Record::Pending {
                 owner,
                 fingerprint,
                 lease_until: deadline,
-                fence: None,
+                fence,
             },
             StoredState::Completed(result) => Record::Completed {
                 owner,
@@ -154,7 +181,15 @@ impl Stored {
 /// key writes (the fast reserve's `SET … NX` and the reserve script alike), and what the
 /// owner's complete expects to find ([`crate::scripts`], the fast complete).
 pub fn encode_pending(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
-    header(STATE_PENDING, owner, fingerprint, 0)
+    header(VERSION, STATE_PENDING, owner, fingerprint, 0)
+}
+
+/// The value of `owner`'s pending record for `fingerprint` granted under `fence`, unmarked
+/// (version 3): what the reserve script of a store that hands out fences writes.
+pub fn encode_fenced(owner: OwnerToken, fingerprint: Fingerprint, fence: Fence) -> Vec<u8> {
+    let mut out = header(VERSION_FENCED, STATE_PENDING, owner, fingerprint, 8);
+    out.extend_from_slice(&fence.get().to_be_bytes());
+    out
 }
 
 /// The value of a completed record: `owner` completed `fingerprint` with `result`.
@@ -168,7 +203,13 @@ pub fn encode_completed(
         StoredResult::NotStored => (STATE_COMPLETED_NO_BODY, None),
         StoredResult::Panicked => (STATE_COMPLETED_PANICKED, None),
     };
-    let mut out = header(state, owner, fingerprint, body.map_or(0, Body::len));
+    let mut out = header(
+        VERSION,
+        state,
+        owner,
+        fingerprint,
+        body.map_or(0, Body::len),
+    );
     if let Some(body) = body {
         out.extend_from_slice(body.as_bytes());
     }
@@ -179,8 +220,14 @@ pub fn encode_completed(
 pub fn encode(record: &Record) -> Vec<u8> {
     match record {
         Record::Pending {
-            owner, fingerprint, ..
-        } => encode_pending(*owner, *fingerprint),
+            owner,
+            fingerprint,
+            fence,
+            ..
+        } => match fence {
+            Some(fence) => encode_fenced(*owner, *fingerprint, *fence),
+            None => encode_pending(*owner, *fingerprint),
+        },
         Record::Completed {
             owner,
             fingerprint,
@@ -190,17 +237,23 @@ pub fn encode(record: &Record) -> Vec<u8> {
     }
 }
 
-fn header(state: u8, owner: OwnerToken, fingerprint: Fingerprint, body: usize) -> Vec<u8> {
+fn header(
+    version: u8,
+    state: u8,
+    owner: OwnerToken,
+    fingerprint: Fingerprint,
+    body: usize,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + body);
     out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
+    out.push(version);
     out.push(state);
     out.extend_from_slice(&owner.to_bytes());
     out.extend_from_slice(&fingerprint.to_bytes());
     out
 }
 
-/// Decodes a version-2 value, or says why `bytes` are not one.
+/// Decodes a version-2 or version-3 value, or says why `bytes` are not one.
 pub fn decode(bytes: &[u8]) -> Result<Stored, DecodeError> {
     let Some((header, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort { len: bytes.len() });
@@ -210,11 +263,42 @@ pub fn decode(bytes: &[u8]) -> Result<Stored, DecodeError> {
         return Err(DecodeError::BadMagic);
     }
     let ([version, state], rest) = split::<2>(rest);
+    let (owner, rest) = split::<16>(rest);
+    let (fingerprint, _) = split::<32>(rest);
+    let (owner, fingerprint) = (
+        OwnerToken::from_bytes(owner),
+        Fingerprint::from_bytes(fingerprint),
+    );
+    if version == VERSION_FENCED {
+        let fence = <[u8; 8]>::try_from(body)
+            .ok()
+            .and_then(|bytes| Fence::new(u64::from_be_bytes(bytes)));
+        let watched = match state {
+            STATE_PENDING => false,
+            STATE_PENDING_WATCHED => true,
+            _ => {
+                return Err(DecodeError::BadFenced {
+                    len: bytes.len(),
+                    state,
+                });
+            }
+        };
+        let Some(fence) = fence else {
+            return Err(DecodeError::BadFenced {
+                len: bytes.len(),
+                state,
+            });
+        };
+        return Ok(Stored {
+            owner,
+            fingerprint,
+            state: StoredState::Pending { watched },
+            fence: Some(fence),
+        });
+    }
     if version != VERSION {
         return Err(DecodeError::UnknownVersion(version));
     }
-    let (owner, rest) = split::<16>(rest);
-    let (fingerprint, _) = split::<32>(rest);
     let without_body = |state: StoredState| {
         if body.is_empty() {
             Ok(state)
@@ -231,9 +315,10 @@ pub fn decode(bytes: &[u8]) -> Result<Stored, DecodeError> {
         other => return Err(DecodeError::UnknownState(other)),
     };
     Ok(Stored {
-        owner: OwnerToken::from_bytes(owner),
-        fingerprint: Fingerprint::from_bytes(fingerprint),
+        owner,
+        fingerprint,
         state,
+        fence: None,
     })
 }
 
@@ -263,7 +348,45 @@ mod tests {
             owner: owner(),
             fingerprint: print(),
             state: StoredState::Completed(result),
+            fence: None,
         }
+    }
+
+    #[test]
+    fn a_fenced_reservation_is_version_3_with_its_fence_after_the_header() {
+        let fence = Fence::new(1_764_000_000_123_456).unwrap();
+        let bytes = encode_fenced(owner(), print(), fence);
+        assert_eq!(bytes.len(), FENCED_LEN);
+        assert_eq!(&bytes[..4], b"id\x03\x01");
+        assert_eq!(&bytes[..3], b"id\x03");
+        assert_eq!(&bytes[4..52], &encode_pending(owner(), print())[4..]);
+        assert_eq!(&bytes[52..], &fence.get().to_be_bytes());
+        let stored = decode(&bytes).unwrap();
+        assert_eq!(stored.fence, Some(fence));
+        let record = stored.until(Timestamp::from_millis(9));
+        assert_eq!(encode(&record), bytes);
+        let mut marked = bytes.clone();
+        marked[3] = STATE_PENDING_WATCHED;
+        assert_eq!(
+            decode(&marked).map(|s| (s.state, s.fence)),
+            Ok((StoredState::Pending { watched: true }, Some(fence)))
+        );
+        // Anything else under version 3 is not a record of this adapter's.
+        for (at, byte) in [(3, STATE_COMPLETED), (3, STATE_COMPLETED_NO_BODY)] {
+            let mut other = bytes.clone();
+            other[at] = byte;
+            assert!(matches!(decode(&other), Err(DecodeError::BadFenced { .. })));
+        }
+        assert!(matches!(
+            decode(&bytes[..56]),
+            Err(DecodeError::BadFenced { len: 56, .. })
+        ));
+        let mut zero = bytes.clone();
+        zero[52..].fill(0);
+        assert!(matches!(decode(&zero), Err(DecodeError::BadFenced { .. })));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_err());
     }
 
     #[test]
@@ -349,8 +472,14 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(decode(&bad), Err(DecodeError::BadMagic));
         let mut bad = good.clone();
+        bad[2] = 4;
+        assert_eq!(decode(&bad), Err(DecodeError::UnknownVersion(4)));
+        // Version 3 without its fence.
         bad[2] = 3;
-        assert_eq!(decode(&bad), Err(DecodeError::UnknownVersion(3)));
+        assert_eq!(
+            decode(&bad),
+            Err(DecodeError::BadFenced { len: 52, state: 1 })
+        );
         let mut bad = good.clone();
         bad[3] = 9;
         assert_eq!(decode(&bad), Err(DecodeError::UnknownState(9)));
@@ -388,11 +517,19 @@ mod tests {
                 Just(StoredState::Completed(StoredResult::NotStored)),
                 Just(StoredState::Completed(StoredResult::Panicked)),
             ];
-            (any::<u128>(), any::<[u8; 32]>(), state).prop_map(|(owner, fp, state)| Stored {
-                owner: OwnerToken::from_u128(owner),
-                fingerprint: Fingerprint::from_bytes(fp),
-                state,
-            })
+            let fence = proptest::option::of(1..=i64::MAX as u64);
+            (any::<u128>(), any::<[u8; 32]>(), state, fence).prop_map(
+                |(owner, fp, state, fence)| {
+                    // Only a pending record carries a fence.
+                    let pending = matches!(state, StoredState::Pending { .. });
+                    Stored {
+                        owner: OwnerToken::from_u128(owner),
+                        fingerprint: Fingerprint::from_bytes(fp),
+                        state,
+                        fence: fence.filter(|_| pending).and_then(Fence::new),
+                    }
+                },
+            )
         }
 
         /// The bytes of `stored`, its waiter mark included.

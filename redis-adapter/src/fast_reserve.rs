@@ -97,6 +97,7 @@ mod tests {
             owner: owner(holder),
             fingerprint: fp(print),
             state,
+            fence: None,
         })
     }
 

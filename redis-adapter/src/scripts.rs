@@ -9,7 +9,7 @@
 //! - reads the server's clock with `TIME` (`I9` and rule 10: leases and retention are judged
 //!   by the server, never by a client);
 //! - touches exactly one key, `KEYS[1]`, so it runs unchanged on a Cluster;
-//! - decodes the record ([`crate::codec`], version 2) and, if the value is not one this
+//! - decodes the record ([`crate::codec`], version 2, or 3 for a fenced reservation) and, if the value is not one this
 //!   adapter wrote (another Redis type, layout 1, an unknown version), changes nothing and
 //!   answers `{'!', now, detail}`;
 //! - judges liveness by one rule, the one the fast reserve uses: **a record is live exactly
@@ -33,9 +33,9 @@
 //!
 //! | script   | tags |
 //! |----------|------|
-//! | reserve  | `R` lease_until (reserved) · `F` lease_until (in flight) · `P` deadline, then the body or nothing (replay) · `U` deadline (replay: the action panicked, outcome unknown) · `K` fingerprint (key reuse) |
+//! | reserve  | `R` lease_until, then the fence (8 bytes) if the record carries one (reserved) · `F` lease_until (in flight) · `P` deadline, then the body or nothing (replay) · `U` deadline (replay: the action panicked, outcome unknown) · `K` fingerprint (key reuse) |
 //! | complete | `C` 1 in time, 2 after lease expiry, 3 repeated · `X` refusal |
-//! | renew    | `N` lease_until · `X` refusal |
+//! | renew    | `N` lease_until, then the fence if the record carries one · `X` refusal |
 //! | release  | `D` · `X` refusal |
 //! | read     | `E` (absent) · `V` raw record, deadline |
 //!
@@ -61,7 +61,8 @@
 const PRELUDE: &str = include_str!("scripts/prelude.lua");
 
 /// ARGV: owner (16 bytes), fingerprint (32 bytes), lease (ms), "1" if this store announces
-/// changes (a waiter told "in flight" marks the record, so its end is announced) else "0".
+/// changes (a waiter told "in flight" marks the record, so its end is announced) else "0",
+/// "1" if every grant carries a fence (MODEL.md `F1`) else "0".
 const RESERVE: &str = include_str!("scripts/reserve.lua");
 
 /// ARGV: owner, fingerprint, "1" if a body follows, "0" for none, "2" for "outcome unknown"

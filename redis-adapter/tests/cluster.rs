@@ -59,6 +59,44 @@ fn redis_cluster_agrees_with_the_record_machine() {
 }
 
 #[test]
+fn with_fences_a_cluster_agrees_with_the_record_machine() {
+    // F1 on a Cluster: each key's grants are fenced by the clock of the node that holds it,
+    // above the ones before; the differential holds every slot to it.
+    let cluster = RedisCluster::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime
+        .block_on(
+            RedisStore::builder()
+                .fences(true)
+                .connect_cluster(cluster.urls()),
+        )
+        .unwrap();
+    if let Err(failure) = support::differential::check(&runtime, &store, 60) {
+        panic!("{failure}");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
+    // The grants it checked were fenced: a fresh one says its fence.
+    let granted = runtime.block_on(idem::Store::apply(
+        &store,
+        &idem_core::Operation::new("fenced.check").unwrap(),
+        &idem_core::Key::new("k").unwrap(),
+        idem_core::record::Command::Reserve {
+            owner: idem_core::OwnerToken::from_u128(1),
+            fingerprint: idem_core::Fingerprint::of_bytes(b"f"),
+            lease: std::time::Duration::from_secs(5),
+        },
+    ));
+    assert!(
+        matches!(granted, Ok(idem_core::record::Reply::Reserved(ref grant)) if grant.fence.is_some()),
+        "{granted:?}"
+    );
+}
+
+#[test]
 fn the_fast_paths_agree_with_the_record_machine_on_a_cluster() {
     let cluster = RedisCluster::start();
     let runtime = tokio::runtime::Builder::new_current_thread()

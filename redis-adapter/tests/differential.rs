@@ -36,6 +36,44 @@ fn redis_agrees_with_the_record_machine() {
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
 
+#[test]
+fn redis_with_fences_agrees_with_the_record_machine() {
+    // Every grant fenced (F1): the reserve script grants under the server's clock in
+    // microseconds, renewals and repeated reserves answer the holder's, and every grant of a
+    // key is above the ones before.
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = runtime
+        .block_on(RedisStore::builder().fences(true).connect(&server.url()))
+        .unwrap();
+    if let Err(failure) = check(&runtime, &store, 200) {
+        panic!("{failure}");
+    }
+    assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
+    // The grants it checked were fenced: a fresh one says its fence.
+    let granted = runtime.block_on(idem::Store::apply(
+        &store,
+        &idem_core::Operation::new("fenced.check").unwrap(),
+        &idem_core::Key::new("k").unwrap(),
+        idem_core::record::Command::Reserve {
+            owner: idem_core::OwnerToken::from_u128(1),
+            fingerprint: idem_core::Fingerprint::of_bytes(b"f"),
+            lease: std::time::Duration::from_secs(5),
+        },
+    ));
+    assert!(
+        matches!(granted, Ok(idem_core::record::Reply::Reserved(ref grant)) if grant.fence.is_some()),
+        "{granted:?}"
+    );
+    // The same with the fast complete in front, which completes a fenced reservation too.
+    let fast = fast_paths(&runtime, &server, RedisStore::builder().fences(true));
+    if let Err(failure) = check(&runtime, &fast, 100) {
+        panic!("{failure}");
+    }
+    let stats = fast.store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
+}
+
 /// A store built by `builder` on `server`, its reserves and completes taking the fast paths.
 fn fast_paths(
     runtime: &tokio::runtime::Runtime,

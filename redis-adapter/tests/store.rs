@@ -918,3 +918,107 @@ async fn notices_resume_after_a_restart() {
     }
     assert!(waiter.stats().notice_connections_lost >= 1);
 }
+
+/// The fence of a grant or renewal, or a panic naming the reply.
+fn fence_of(reply: &Reply) -> idem_core::Fence {
+    match reply {
+        Reply::Reserved(grant) | Reply::Renewed(grant) => grant.fence.expect("a fenced grant"),
+        other => panic!("not a grant: {other:?}"),
+    }
+}
+
+/// How many times the server ran `EVALSHA` so far.
+async fn evalshas(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test]
+async fn with_fences_every_grant_is_fenced_above_the_ones_before() {
+    // MODEL.md F1 on Redis: the first grant, the holder's renewal and repeated reserve, a
+    // release and a new grant at once, a takeover after the lease ran out; the waiter's mark
+    // keeps the fence; an uncontended call is still one script per command.
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let store = RedisStore::builder()
+        .fences(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (o, k) = (op("payment.charge"), key("fenced"));
+    let first = fence_of(&store.apply(&o, &k, reserve(1, b"a")).await.unwrap());
+    assert_eq!(
+        fence_of(&store.apply(&o, &k, renew(1)).await.unwrap()),
+        first
+    );
+    assert_eq!(
+        fence_of(&store.apply(&o, &k, reserve(1, b"a")).await.unwrap()),
+        first
+    );
+    // A waiter is told "in flight", which marks the record; the mark keeps its fence.
+    assert!(matches!(
+        store.apply(&o, &k, reserve(2, b"a")).await.unwrap(),
+        Reply::InFlight { .. }
+    ));
+    let Reply::Read(Some(Record::Pending { fence, .. })) =
+        store.apply(&o, &k, Command::Read).await.unwrap()
+    else {
+        panic!("a pending record")
+    };
+    assert_eq!(fence, Some(first));
+    assert_eq!(
+        store.apply(&o, &k, release(1)).await.unwrap(),
+        Reply::Released
+    );
+    let second = fence_of(&store.apply(&o, &k, reserve(2, b"a")).await.unwrap());
+    assert!(second > first, "{second:?} after {first:?}");
+    // The lease runs out; the takeover is fenced above.
+    let short = Command::Reserve {
+        owner: OwnerToken::from_u128(3),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease: Duration::from_millis(20),
+    };
+    let k2 = key("fenced-2");
+    let third = fence_of(&store.apply(&o, &k2, short).await.unwrap());
+    assert!(third > second);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let fourth = fence_of(&store.apply(&o, &k2, reserve(4, b"a")).await.unwrap());
+    assert!(fourth > third);
+
+    // An uncontended call: one reserve script, one fast complete, which completes the
+    // fenced reservation itself.
+    let k3 = key("fenced-3");
+    let before = evalshas(&mut conn).await;
+    fence_of(&store.apply(&o, &k3, reserve(5, b"a")).await.unwrap());
+    assert_eq!(
+        store
+            .apply(&o, &k3, complete(5, b"a", Some(b"ok")))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::InTime)
+    );
+    assert_eq!(evalshas(&mut conn).await - before, 2);
+    assert_eq!(
+        unsaid(store.apply(&o, &k3, reserve(6, b"a")).await.unwrap()),
+        replay(value(b"ok"))
+    );
+    // A store without fences grants none, and reads the fenced records all the same.
+    let plain = RedisStore::connect(&server.url()).await.unwrap();
+    let k4 = key("plain");
+    let Reply::Reserved(grant) = plain.apply(&o, &k4, reserve(7, b"a")).await.unwrap() else {
+        panic!("a grant")
+    };
+    assert_eq!(grant.fence, None);
+    assert_eq!(
+        fence_of(&plain.apply(&o, &k2, reserve(4, b"a")).await.unwrap()),
+        fourth
+    );
+    assert_eq!(store.stats().corrupt + plain.stats().corrupt, 0);
+}

@@ -1,4 +1,5 @@
 local HEADER = 52
+local FENCED = 60
 local MAX_MS = 9007199254740991
 
 local function later(now, ms)
@@ -17,10 +18,19 @@ local function load(key)
   if #raw < HEADER then return false, #raw .. ' bytes, shorter than the record header' end
   if string.sub(raw, 1, 2) ~= 'id' then return false, 'no record magic' end
   local version = string.byte(raw, 3)
-  if version ~= 2 then return false, 'unknown record version ' .. version end
+  if version ~= 2 and version ~= 3 then return false, 'unknown record version ' .. version end
   local state = string.byte(raw, 4)
   if state < 1 or state > 6 or state == 5 then
     return false, 'unknown record state ' .. state
+  end
+  -- Version 3 is a pending record that carries its grant's fence (F1), 8 bytes after the
+  -- header, kept as the bytes it is: no script computes with a stored fence.
+  local fence = nil
+  if version == 3 then
+    fence = string.sub(raw, HEADER + 1)
+    if (state ~= 1 and state ~= 4) or #raw ~= FENCED or fence == string.rep('\0', 8) then
+      return false, 'a fenced record is a pending one of ' .. FENCED .. ' bytes with a fence'
+    end
   end
   -- State 4 is a pending record that a waiter was told about: its complete or release is
   -- announced; it is pending (state 1) below. States 2, 3 and 6 are completed (6: the action
@@ -28,7 +38,7 @@ local function load(key)
   -- only state 3 carries a body.
   local watched = state == 4
   if watched then state = 1 end
-  if state ~= 3 and #raw ~= HEADER then
+  if version == 2 and state ~= 3 and #raw ~= HEADER then
     return false, 'a record without a body is ' .. #raw .. ' bytes'
   end
   local rec = {
@@ -36,6 +46,7 @@ local function load(key)
     owner = string.sub(raw, 5, 20),
     fp = string.sub(raw, 21, 52),
     watched = watched,
+    fence = fence,
     raw = raw,
   }
   if state == 3 then rec.body = string.sub(raw, HEADER + 1) end
@@ -50,8 +61,14 @@ local function deadline(key)
   return expiry + 1
 end
 
-local function put(key, state, owner, fp, ends, body)
-  local value = 'id' .. string.char(2, state) .. owner .. fp .. (body or '')
+-- `fence`, 8 bytes, makes a fenced pending record (version 3); `body` a completed one's.
+local function put(key, state, owner, fp, ends, body, fence)
+  local value
+  if fence then
+    value = 'id' .. string.char(3, state) .. owner .. fp .. fence
+  else
+    value = 'id' .. string.char(2, state) .. owner .. fp .. (body or '')
+  end
   -- Formatted as an integer here: Redis would print a Lua number with '%.17g'.
   redis.call('SET', key, value, 'PXAT', string.format('%d', ends - 1))
 end

@@ -8,4 +8,4 @@ if lease_until > ends then
   redis.call('PEXPIREAT', KEYS[1], string.format('%d', lease_until - 1))
   ends = lease_until
 end
-return {'N', now, ends}
+return {'N', now, ends, rec.fence}

@@ -1,15 +1,33 @@
 if not rec then
   local lease_until = later(now, ARGV[3])
-  put(KEYS[1], 1, ARGV[1], ARGV[2], lease_until)
-  return {'R', now, lease_until}
+  if ARGV[5] ~= '1' then
+    put(KEYS[1], 1, ARGV[1], ARGV[2], lease_until)
+    return {'R', now, lease_until}
+  end
+  -- F1: the grant's fence is the server's clock in microseconds; the script then waits for
+  -- the clock to pass it, so every later script on this server, which runs after this one
+  -- returns, reads a later clock and grants a greater fence.
+  local t = redis.call('TIME')
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  repeat
+    t = redis.call('TIME')
+  until tonumber(t[1]) * 1000000 + tonumber(t[2]) > us
+  local bytes, n = {}, us
+  for i = 8, 1, -1 do
+    bytes[i] = string.char(n % 256)
+    n = math.floor(n / 256)
+  end
+  local fence = table.concat(bytes)
+  put(KEYS[1], 1, ARGV[1], ARGV[2], lease_until, nil, fence)
+  return {'R', now, lease_until, fence}
 end
 if rec.fp ~= ARGV[2] then return {'K', now, rec.fp} end
 local ends = rec.deadline
 if rec.state == 1 then
-  if rec.owner == ARGV[1] then return {'R', now, ends} end
+  if rec.owner == ARGV[1] then return {'R', now, ends, rec.fence} end
   if ARGV[4] == '1' and not rec.watched then
-    -- The waiter mark: the same record, state 4, its expiry kept.
-    redis.call('SET', KEYS[1], 'id' .. string.char(2, 4) .. string.sub(rec.raw, 5), 'KEEPTTL')
+    -- The waiter mark: the same record (its version and fence too), state 4, its expiry kept.
+    redis.call('SET', KEYS[1], string.sub(rec.raw, 1, 3) .. string.char(4) .. string.sub(rec.raw, 5), 'KEEPTTL')
   end
   return {'F', now, ends}
 end

@@ -109,6 +109,7 @@ pub struct RedisStoreBuilder {
     fast_reserve: bool,
     fast_complete: bool,
     replay_time_left: bool,
+    fences: bool,
     eviction_check: EvictionCheck,
 }
 
@@ -124,6 +125,7 @@ impl Default for RedisStoreBuilder {
             fast_reserve: true,
             fast_complete: true,
             replay_time_left: false,
+            fences: false,
             eviction_check: EvictionCheck::Refuse,
         }
     }
@@ -217,6 +219,22 @@ impl RedisStoreBuilder {
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
         self.fast_reserve = on;
+        self
+    }
+
+    /// Whether every grant carries a fence (MODEL.md `F1`; default off): the reserve script
+    /// grants a free key under the server's clock in microseconds and waits for the clock to
+    /// pass it, so every later grant on the server is fenced above, and writes the
+    /// reservation as a version-3 record that keeps its fence ([`crate::codec`]); renewals
+    /// and the holder's repeated reserve answer it. On, every reserve is the reserve script
+    /// (the single-command reserve writes no fence): still one round trip, at a cost to the
+    /// server that BENCHMARKS.md measures. Turn it on once every process of the service runs
+    /// a version that reads version-3 records. Where its monotonicity ends (a server whose
+    /// clock steps back, a failover to a node whose clock is behind): MODEL.md, "Which
+    /// stores hand out fences".
+    #[must_use]
+    pub fn fences(mut self, on: bool) -> Self {
+        self.fences = on;
         self
     }
 
@@ -501,7 +519,8 @@ impl RedisStoreBuilder {
                 notices,
                 layout,
                 command_timeout: self.command_timeout,
-                fast_reserve: self.fast_reserve,
+                fast_reserve: self.fast_reserve && !self.fences,
+                fences: self.fences,
                 fast_complete: self.fast_complete,
                 replay_time_left: self.replay_time_left,
                 scripts: Scripts::new(),

@@ -69,6 +69,8 @@ struct Inner {
     fast_reserve: bool,
     fast_complete: bool,
     replay_time_left: bool,
+    /// Every grant carries a fence (`RedisStoreBuilder::fences`).
+    fences: bool,
     scripts: Scripts,
     counters: Counters,
 }
@@ -86,6 +88,7 @@ impl fmt::Debug for Inner {
             .field("single_command_reserve", &self.fast_reserve)
             .field("fast_complete", &self.fast_complete)
             .field("replay_time_left", &self.replay_time_left)
+            .field("fences", &self.fences)
             .finish_non_exhaustive()
     }
 }

@@ -2,7 +2,7 @@
 
 use idem::StoreError;
 use idem_core::record::{Command, Completion, Refusal, Reply, Reservation, StoredResult};
-use idem_core::{Body, Fingerprint, Timestamp};
+use idem_core::{Body, Fence, Fingerprint, Timestamp};
 use redis::Value;
 use thiserror::Error;
 
@@ -66,10 +66,24 @@ pub(super) fn parse_reply(
         (Command::Reserve { .. }, b'R') | (Command::Renew { .. }, b'N') => {
             match (owner, int(&field)) {
                 (Some(owner), Some(until)) => {
+                    // The grant's fence, 8 bytes big-endian, when the record carries one.
+                    let fence = match items.next() {
+                        None => None,
+                        Some(Value::BulkString(bytes)) => {
+                            match <[u8; 8]>::try_from(bytes.as_slice())
+                                .ok()
+                                .and_then(|bytes| Fence::new(u64::from_be_bytes(bytes)))
+                            {
+                                Some(fence) => Some(fence),
+                                None => return Err(unexpected(format!("fence {bytes:?}"))),
+                            }
+                        }
+                        Some(other) => return Err(unexpected(format!("fence {other:?}"))),
+                    };
                     let reservation = Reservation {
                         owner,
                         lease_until: Some(Timestamp::from_millis(until)),
-                        fence: None,
+                        fence,
                     };
                     if tag == b'R' {
                         Reply::Reserved(reservation)

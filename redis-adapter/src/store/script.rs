@@ -52,6 +52,11 @@ impl RedisStore {
                     } else {
                         b"0".to_vec()
                     },
+                    if self.inner.fences {
+                        b"1".to_vec()
+                    } else {
+                        b"0".to_vec()
+                    },
                 ],
             ),
             Command::Complete {

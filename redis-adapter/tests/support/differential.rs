@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::StoreError;
-use idem_core::record::{Command, CommandKind, Completion, Record, Reply, StoredResult, apply};
+use idem_core::record::{
+    Command, CommandKind, Completion, Record, Reply, StoredResult, apply, apply_fenced,
+};
 use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_redis::RedisStore;
 use proptest::prelude::*;
@@ -294,6 +296,8 @@ fn names(case: u64) -> Vec<(Operation, Key)> {
 pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Result<(), String> {
     let names = names(case);
     let mut model: HashMap<usize, Option<Record>> = HashMap::new();
+    // Each slot's highest fence granted so far (F1), when the store hands fences out.
+    let mut last_fence: HashMap<usize, idem_core::Fence> = HashMap::new();
     for (i, step) in steps.iter().enumerate() {
         match step {
             Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
@@ -308,11 +312,23 @@ pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Res
                     Timing::At(now) => (now.as_millis(), now.as_millis()),
                     Timing::Within(from, to) => (from.as_millis(), to.as_millis()),
                 };
+                // A store that hands out fences grants under the one it says; the model
+                // grants under the same (and one without, under none).
+                let granted = match &got {
+                    Reply::Reserved(grant) => grant.fence,
+                    _ => None,
+                };
+                let model_step = |now: u64| {
+                    let now = Timestamp::from_millis(now);
+                    match granted {
+                        Some(fence) => apply_fenced(state.as_ref(), command.clone(), now, || fence),
+                        None => apply(state.as_ref(), command.clone(), now),
+                    }
+                };
                 // The earliest instant at which the model agrees: for a grant whose key is
                 // already gone, the earliest lease end is gone too by the next step.
                 let agreeing = (from..=to).find_map(|now| {
-                    let transition =
-                        apply(state.as_ref(), command.clone(), Timestamp::from_millis(now));
+                    let transition = model_step(now);
                     agrees(&got, &transition.reply).then_some(transition)
                 });
                 let Some(transition) = agreeing else {
@@ -326,6 +342,23 @@ pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Res
                         "step {i}: {command:?} on slot {slot} at {timing:?}: redis {got:?}, model {expected:?}"
                     ));
                 };
+                // F1: a fresh grant (the model wrote a reservation under the store's fence
+                // that the slot did not hold) is fenced above every earlier one.
+                let fresh = matches!(
+                    (&transition.write, state.as_ref()),
+                    (idem_core::record::Write::Put(Record::Pending { fence: Some(_), owner, .. }), before)
+                        if before.is_none_or(|record| record.owner() != *owner || record.is_expired(Timestamp::from_millis(from)))
+                );
+                if fresh
+                    && let Some(fence) = granted
+                    && let Some(last) = last_fence.insert(*slot, fence)
+                    && fence <= last
+                {
+                    return Err(format!(
+                        "step {i}: F1: {command:?} on slot {slot} granted {fence:?}, not above \
+                         the earlier {last:?}"
+                    ));
+                }
                 transition.apply_to(state);
             }
         }
