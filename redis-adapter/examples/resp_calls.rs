@@ -6,7 +6,9 @@
 //! `complete-script` is
 //! `fresh` with the complete sent as the complete script (`fast_complete(false)`);
 //! `scripted` sends both as their scripts (`single_command_reserve(false)` and
-//! `fast_complete(false)`); `ping` is `N` PINGs.
+//! `fast_complete(false)`); `fenced` is the fresh call of a store that hands out fences
+//! (`fences(true)`): the reserve script granting under a fence, then the fast complete;
+//! `ping` is `N` PINGs.
 //!
 //! ```text
 //! cargo run -p idem-redis --example resp_calls -- fresh 20000 > fresh.resp
@@ -36,7 +38,7 @@ fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(kind), Some(Ok(calls))) = (args.next(), args.next().map(|n| n.parse::<u64>())) else {
         eprintln!(
-            "usage: resp_calls fresh|replay|replay-time-left|complete-script|scripted|ping N"
+            "usage: resp_calls fresh|replay|replay-time-left|complete-script|scripted|fenced|ping N"
         );
         std::process::exit(2);
     };
@@ -81,15 +83,16 @@ fn main() -> io::Result<()> {
     let mut out = Vec::new();
     match kind.as_str() {
         "ping" => (0..calls).for_each(|_| request(&mut out, &[b"PING"])),
-        "fresh" | "replay" | "replay-time-left" | "complete-script" | "scripted" => {
+        "fresh" | "replay" | "replay-time-left" | "complete-script" | "scripted" | "fenced" => {
             request(&mut out, &[b"SCRIPT", b"LOAD", complete.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", complete_own.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", reserve_script.as_bytes()]);
             for i in 0..calls {
-                if kind == "scripted" {
-                    // owner, fingerprint, a 30 s lease, no change notices.
+                if kind == "scripted" || kind == "fenced" {
+                    // owner, fingerprint, a 30 s lease, no change notices, fences or not.
                     let key = key(i);
-                    let reserve: [&[u8]; 8] = [
+                    let fences: &[u8] = if kind == "fenced" { b"1" } else { b"0" };
+                    let reserve: [&[u8]; 9] = [
                         b"EVALSHA",
                         reserve_sha.as_bytes(),
                         b"1",
@@ -98,13 +101,14 @@ fn main() -> io::Result<()> {
                         &fingerprint_bytes,
                         b"30000",
                         b"0",
+                        fences,
                     ];
                     request(&mut out, &reserve);
                 } else {
                     reserve(&mut out, i);
                 }
                 let key = key(i);
-                if kind == "fresh" || kind.starts_with("replay") {
+                if kind == "fresh" || kind == "fenced" || kind.starts_with("replay") {
                     // The fast complete: the pending record, the completed one, one day's
                     // retention less a millisecond.
                     let complete: [&[u8]; 7] = [
@@ -149,7 +153,7 @@ fn main() -> io::Result<()> {
         }
         _ => {
             eprintln!(
-                "unknown kind {kind:?}: fresh, replay, replay-time-left, complete-script, scripted or ping"
+                "unknown kind {kind:?}: fresh, replay, replay-time-left, complete-script, scripted, fenced or ping"
             );
             std::process::exit(2);
         }
