@@ -9,10 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Fault, FlakyStore, ProviderTimeout, fingerprint};
-use idem::{
-    Coordinator, DownstreamKey, Error, InFlightPolicy, Key, MemoryStore, Operation, Options,
-    OwnerToken, StoreFailurePolicy,
-};
+use idem::{Coordinator, DownstreamKey, Error, Key, MemoryStore, Operation, OwnerToken};
 use idem_core::record::CommandKind;
 use tokio::sync::oneshot;
 
@@ -24,17 +21,6 @@ struct Seen {
     downstream: DownstreamKey,
     owner: OwnerToken,
     protected: bool,
-}
-
-fn options() -> Options {
-    Options::builder()
-        .lease(Duration::from_secs(1))
-        .retention(Duration::from_secs(60))
-        .in_flight(InFlightPolicy::Raise)
-        .on_store_failure(StoreFailurePolicy::FailOpen)
-        .store_retries(0)
-        .build()
-        .unwrap()
 }
 
 /// Runs `key` under `operation` once to its end; what its action saw.
@@ -63,7 +49,7 @@ async fn every_attempt_of_a_call_passes_on_the_same_key() {
     // Renewals hang: the holder's lease lapses while it runs, and another caller takes over.
     let store =
         FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..usize::MAX, Fault::Hang);
-    let coordinator = Coordinator::new(store, options()).with_seed(7);
+    let coordinator = Coordinator::new(store, common::takeover_options()).with_seed(7);
     let operation = Operation::new(OP).unwrap();
     let expected = DownstreamKey::derive(&operation, &Key::new("k").unwrap());
 

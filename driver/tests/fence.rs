@@ -9,24 +9,11 @@ mod common;
 use std::time::Duration;
 
 use common::{Fault, FlakyStore, ProviderTimeout, fingerprint};
-use idem::{
-    Coordinator, Error, Fence, InFlightPolicy, MemoryStore, Options, OwnerToken, StoreFailurePolicy,
-};
+use idem::{Coordinator, Error, Fence, MemoryStore, OwnerToken};
 use idem_core::record::CommandKind;
 use tokio::sync::oneshot;
 
 const OP: &str = "payment.charge";
-
-fn options() -> Options {
-    Options::builder()
-        .lease(Duration::from_secs(1))
-        .retention(Duration::from_secs(60))
-        .in_flight(InFlightPolicy::Raise)
-        .on_store_failure(StoreFailurePolicy::FailOpen)
-        .store_retries(0)
-        .build()
-        .unwrap()
-}
 
 /// Runs `key` once to its end, its action failing if `fail`; the fence and owner its action
 /// saw.
@@ -51,7 +38,7 @@ async fn every_grant_of_a_key_is_fenced_above_the_ones_before() {
     // Renewals hang: the holder's lease lapses while it runs, and another caller takes over.
     let store =
         FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..usize::MAX, Fault::Hang);
-    let coordinator = Coordinator::new(store, options()).with_seed(11);
+    let coordinator = Coordinator::new(store, common::takeover_options()).with_seed(11);
 
     let (first_tx, first_rx) = oneshot::channel();
     let (seen_tx, seen_rx) = oneshot::channel();

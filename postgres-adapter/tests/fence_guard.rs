@@ -133,36 +133,11 @@ impl Store for RenewalsHang {
     }
 }
 
-/// One payment's write: the account's balance, debited under the guard.
-async fn debit(
-    pool: &PgPool,
-    guard: &FenceGuard,
-    fence: Fence,
-    by: &str,
-) -> Result<Admission, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let admission = guard
-        .admit(&mut tx, "acct-9", fence)
-        .await
-        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-    if admission == Admission::Admitted {
-        sqlx::query("INSERT INTO debits (account, amount, made_by) VALUES ('acct-9', 100, $1)")
-            .bind(by)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-    }
-    Ok(admission)
-}
-
 #[tokio::test]
 async fn a_holder_paused_past_its_lease_has_its_fenced_write_refused() {
     let db = TestDb::create().await;
     let pool = db.pool(8).await;
-    sqlx::query("CREATE TABLE debits (account text, amount bigint, made_by text)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    support::create_orders(&pool).await;
     let guard = FenceGuard::default();
     guard.migrate(&pool).await.unwrap();
     let options = Options::builder()
@@ -188,7 +163,8 @@ async fn a_holder_paused_past_its_lease_has_its_fenced_write_refused() {
                     // Paused: the lease runs out and the key is taken over meanwhile.
                     claim.lease_lost().await;
                     let _ = resume_rx.await;
-                    let admission = debit(&pool, &guard, fence, "holder").await?;
+                    let admission =
+                        support::fenced_order(&pool, &guard, "acct-9", fence, "holder").await?;
                     Ok::<_, sqlx::Error>(format!("{admission:?}"))
                 })
                 .await
@@ -200,7 +176,8 @@ async fn a_holder_paused_past_its_lease_has_its_fenced_write_refused() {
         let done = taker
             .execute("debit", "pay-1", request, move |claim| async move {
                 let fence = claim.fence().expect("PostgreSQL fences its grants");
-                let admission = debit(&pool, &guard, fence, "taker").await?;
+                let admission =
+                    support::fenced_order(&pool, &guard, "acct-9", fence, "taker").await?;
                 Ok::<_, sqlx::Error>((fence.get(), format!("{admission:?}")))
             })
             .await;
@@ -230,9 +207,5 @@ async fn a_holder_paused_past_its_lease_has_its_fenced_write_refused() {
         ),
         Err(other) => panic!("{other:?}"),
     }
-    let debits: Vec<String> = sqlx::query_scalar("SELECT made_by FROM debits")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    assert_eq!(debits, ["taker"]);
+    assert_eq!(support::orders(&pool).await, ["taker"]);
 }

@@ -14,10 +14,9 @@ mod support;
 
 use std::time::Duration;
 
-use idem::{Coordinator, Error, Fence, Fingerprint, InFlightPolicy, Options, StoreFailurePolicy};
-use idem_postgres::{Admission, FenceGuard, PostgresStore};
+use idem::{Coordinator, Error, Fingerprint, InFlightPolicy, Options, StoreFailurePolicy};
+use idem_postgres::{FenceGuard, PostgresStore};
 use process::{ExampleProcess, child_args, run_test, serve};
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use support::TestDb;
 
@@ -49,30 +48,6 @@ fn request(i: usize) -> Fingerprint {
     Fingerprint::of_bytes(format!("debit acct-{i} 100").as_bytes())
 }
 
-/// One debit of account `i` under `fence`, guarded: the row only if the fence is admitted.
-async fn debit(
-    pool: &PgPool,
-    guard: &FenceGuard,
-    i: usize,
-    fence: Fence,
-    by: &str,
-) -> Result<Admission, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let admission = guard
-        .admit(&mut tx, &format!("acct-{i}"), fence)
-        .await
-        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-    if admission == Admission::Admitted {
-        sqlx::query("INSERT INTO debits (account, made_by) VALUES ($1, $2)")
-            .bind(format!("acct-{i}"))
-            .bind(by)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-    }
-    Ok(admission)
-}
-
 /// The holders' process: takes every key, says so, and once each lease is no longer
 /// confirmed (the process was paused past it), debits under its grant's fence and prints
 /// what the guard answered.
@@ -98,7 +73,14 @@ async fn holders(url: String) -> Result<(), Box<dyn std::error::Error>> {
                             let fence = claim.fence().expect("PostgreSQL fences every grant");
                             println!("granted {i} {fence}");
                             claim.lease_lost().await;
-                            let admission = debit(&pool, &guard, i, fence, "holder").await?;
+                            let admission = support::fenced_order(
+                                &pool,
+                                &guard,
+                                &format!("acct-{i}"),
+                                fence,
+                                "holder",
+                            )
+                            .await?;
                             println!("debit {i} {admission:?}");
                             Ok::<_, sqlx::Error>(())
                         },
@@ -117,10 +99,7 @@ async fn holders(url: String) -> Result<(), Box<dyn std::error::Error>> {
 async fn holders_paused_past_their_lease_write_nothing_stale() {
     let db = TestDb::create().await;
     let pool = db.pool(8).await;
-    sqlx::query("CREATE TABLE debits (account text, made_by text)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    support::create_orders(&pool).await;
     let guard = FenceGuard::default();
     guard.migrate(&pool).await.unwrap();
     let store = db.store(8).await;
@@ -149,7 +128,14 @@ async fn holders_paused_past_their_lease_write_nothing_stale() {
                     request(i),
                     move |claim| async move {
                         let fence = claim.fence().expect("a fenced grant");
-                        let admission = debit(&pool, &guard, i, fence, "taker").await?;
+                        let admission = support::fenced_order(
+                            &pool,
+                            &guard,
+                            &format!("acct-{i}"),
+                            fence,
+                            "taker",
+                        )
+                        .await?;
                         Ok::<_, sqlx::Error>((fence.get(), format!("{admission:?}")))
                     },
                 )
@@ -179,10 +165,6 @@ async fn holders_paused_past_their_lease_write_nothing_stale() {
     }
     println!("{KEYS} holders paused past their lease: {refused} stale debits refused");
     assert_eq!(refused, KEYS);
-    let rows: Vec<String> = sqlx::query_scalar("SELECT made_by FROM debits ORDER BY account")
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    assert_eq!(rows, vec!["taker"; KEYS]);
+    assert_eq!(support::orders(&pool).await, vec!["taker"; KEYS]);
     assert_eq!(taken.len(), KEYS);
 }

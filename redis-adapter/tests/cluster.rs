@@ -79,21 +79,7 @@ fn with_fences_a_cluster_agrees_with_the_record_machine() {
     }
     let stats = store.stats();
     assert_eq!(stats.unavailable + stats.corrupt, 0);
-    // The grants it checked were fenced: a fresh one says its fence.
-    let granted = runtime.block_on(idem::Store::apply(
-        &store,
-        &idem_core::Operation::new("fenced.check").unwrap(),
-        &idem_core::Key::new("k").unwrap(),
-        idem_core::record::Command::Reserve {
-            owner: idem_core::OwnerToken::from_u128(1),
-            fingerprint: idem_core::Fingerprint::of_bytes(b"f"),
-            lease: std::time::Duration::from_secs(5),
-        },
-    ));
-    assert!(
-        matches!(granted, Ok(idem_core::record::Reply::Reserved(ref grant)) if grant.fence.is_some()),
-        "{granted:?}"
-    );
+    support::differential::assert_grants_are_fenced(&runtime, &store);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use idem_check::Variant;
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{FastPaths, check};
+use support::differential::{FastPaths, assert_grants_are_fenced, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -50,21 +50,7 @@ fn redis_with_fences_agrees_with_the_record_machine() {
         panic!("{failure}");
     }
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
-    // The grants it checked were fenced: a fresh one says its fence.
-    let granted = runtime.block_on(idem::Store::apply(
-        &store,
-        &idem_core::Operation::new("fenced.check").unwrap(),
-        &idem_core::Key::new("k").unwrap(),
-        idem_core::record::Command::Reserve {
-            owner: idem_core::OwnerToken::from_u128(1),
-            fingerprint: idem_core::Fingerprint::of_bytes(b"f"),
-            lease: std::time::Duration::from_secs(5),
-        },
-    ));
-    assert!(
-        matches!(granted, Ok(idem_core::record::Reply::Reserved(ref grant)) if grant.fence.is_some()),
-        "{granted:?}"
-    );
+    assert_grants_are_fenced(&runtime, &store);
     // The same with the fast complete in front, which completes a fenced reservation too.
     let fast = fast_paths(&runtime, &server, RedisStore::builder().fences(true));
     if let Err(failure) = check(&runtime, &fast, 100) {

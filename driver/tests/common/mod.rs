@@ -109,6 +109,20 @@ pub fn defaults() -> idem::OptionsBuilder {
     Options::builder()
 }
 
+/// A 1 s lease, a minute's retention, `Raise` for a caller that finds the key held, and
+/// fail-open at the first store failure: a holder, a caller that takes its key over and a run
+/// while the store is down, each in a few steps.
+pub fn takeover_options() -> Options {
+    Options::builder()
+        .lease(Duration::from_secs(1))
+        .retention(Duration::from_secs(60))
+        .in_flight(idem::InFlightPolicy::Raise)
+        .on_store_failure(idem::StoreFailurePolicy::FailOpen)
+        .store_retries(0)
+        .build()
+        .unwrap()
+}
+
 /// How an injected fault behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {

@@ -67,3 +67,24 @@ pub async fn insert_order(tx: &mut PgConnection, made_by: &str) -> Result<i64, s
         .fetch_one(tx)
         .await
 }
+
+/// An order made by `made_by` for `resource`, guarded by `guard` under `fence` (MODEL.md
+/// `F1`): in one transaction, the guard's admission, then the order only if admitted.
+pub async fn fenced_order(
+    pool: &PgPool,
+    guard: &idem_postgres::FenceGuard,
+    resource: &str,
+    fence: idem::Fence,
+    made_by: &str,
+) -> Result<idem_postgres::Admission, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let admission = guard
+        .admit(&mut tx, resource, fence)
+        .await
+        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    if admission == idem_postgres::Admission::Admitted {
+        insert_order(&mut tx, made_by).await?;
+        tx.commit().await?;
+    }
+    Ok(admission)
+}

@@ -386,3 +386,22 @@ pub fn check(
         })
         .map_err(|e| e.to_string())
 }
+
+/// A fresh reserve on `store` is granted under a fence: the store hands fences out, so the
+/// grants a differential run held to F1 carried theirs.
+pub fn assert_grants_are_fenced(runtime: &tokio::runtime::Runtime, store: &RedisStore) {
+    let granted = runtime.block_on(idem::Store::apply(
+        store,
+        &Operation::new("fenced.check").unwrap(),
+        &Key::new("k").unwrap(),
+        Command::Reserve {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"f"),
+            lease: Duration::from_secs(5),
+        },
+    ));
+    assert!(
+        matches!(granted, Ok(Reply::Reserved(ref grant)) if grant.fence.is_some()),
+        "{granted:?}"
+    );
+}
