@@ -72,6 +72,36 @@ impl Fence {
     }
 }
 
+/// A store's fence source that counts (MODEL.md `F1`): the last fence it granted, and
+/// [`next`](Self::next), one above it and at least the clock ([`Fence::next_after`]). One
+/// counter per record, or one for many records, keeps each record's fences rising.
+///
+/// ```
+/// use idem_core::{FenceCounter, Timestamp};
+///
+/// let mut counter = FenceCounter::default();
+/// let first = counter.next(Timestamp::from_millis(5));
+/// assert!(counter.next(Timestamp::from_millis(5)) > first);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FenceCounter {
+    last: Option<Fence>,
+}
+
+impl FenceCounter {
+    /// The next fence at the store's clock `now`, remembered as the last one granted.
+    pub fn next(&mut self, now: Timestamp) -> Fence {
+        let fence = Fence::next_after(self.last, now);
+        self.last = Some(fence);
+        fence
+    }
+
+    /// The last fence granted, if any.
+    pub fn last(&self) -> Option<Fence> {
+        self.last
+    }
+}
+
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

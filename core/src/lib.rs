@@ -34,7 +34,7 @@ pub use attempt::{
     Recording, Step, confirmed_lease,
 };
 pub use downstream::{DOWNSTREAM_KEY_PREFIX, DownstreamKey};
-pub use fence::{Fence, ParseFenceError};
+pub use fence::{Fence, FenceCounter, ParseFenceError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};
 pub use key::{Key, KeyError, Operation, OperationError};
 pub use options::{InFlightPolicy, Options, OptionsBuilder, OptionsError, StoreFailurePolicy};

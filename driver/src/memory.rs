@@ -11,7 +11,7 @@
 //! [`SWEEP_MIN_WRITES`].
 //!
 //! Every grant carries a fence (MODEL.md `F1`): each shard counts its fences from the system
-//! clock in microseconds ([`Fence::next_after`]), so a key's fences rise with every grant,
+//! clock in microseconds ([`FenceCounter`]), so a key's fences rise with every grant,
 //! across releases and expiries, and keep rising across a restart of the process as long as
 //! the system clock did not step back past them.
 //!
@@ -27,7 +27,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use idem_core::record::{self, Command, Record, Reply, Write};
-use idem_core::{Fence, Key, Operation, Timestamp};
+use idem_core::{FenceCounter, Key, Operation, Timestamp};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -60,8 +60,8 @@ struct Shard {
     watchers: Keyed<watch::Sender<()>>,
     len: usize,
     writes_since_sweep: usize,
-    /// The last fence this shard granted (`F1`): every key of the shard is fenced above it.
-    last_fence: Option<Fence>,
+    /// The shard's fences (`F1`): every key of the shard is fenced above the last granted.
+    fences: FenceCounter,
 }
 
 impl Default for MemoryStore {
@@ -155,12 +155,8 @@ impl Shard {
         now: Timestamp,
     ) -> Reply {
         let stored = self.records.get(operation).and_then(|keys| keys.get(key));
-        let last_fence = &mut self.last_fence;
-        let transition = record::apply_fenced(stored, command, now, || {
-            let fence = Fence::next_after(*last_fence, wall_clock());
-            *last_fence = Some(fence);
-            fence
-        });
+        let fences = &mut self.fences;
+        let transition = record::apply_fenced(stored, command, now, || fences.next(wall_clock()));
         match transition.write {
             Write::Unchanged => {}
             Write::Put(record) => {

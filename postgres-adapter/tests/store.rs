@@ -810,6 +810,18 @@ async fn a_table_made_before_fences_is_migrated_in_place() {
     );
     // ...and the takeover once it runs out is fenced.
     tokio::time::sleep(Duration::from_millis(80)).await;
-    let taken = store.apply(&o, &k, reserve(2, 1, 60_000)).await.unwrap();
-    assert!(fence_of(&taken) >= Fence::MIN);
+    let taken = fence_of(&store.apply(&o, &k, reserve(2, 1, 60_000)).await.unwrap());
+    let Reply::Read(Some(Record::Pending {
+        owner: holder,
+        fence,
+        ..
+    })) = store.apply(&o, &k, Command::Read).await.unwrap()
+    else {
+        panic!("a pending record")
+    };
+    assert_eq!(
+        (holder, fence),
+        (owner(2), Some(taken)),
+        "the row keeps its fence"
+    );
 }

@@ -4,17 +4,20 @@
 //!
 //! The checker is shown to catch bugs: the deliberately broken stores of `idem_check`'s
 //! catalogue that can be played in front of the real store (each owner check forgotten, the
-//! fingerprint check forgotten, a panic recorded as a result not stored), and a fast reserve whose
-//! key outlives its lease, built here in the harness around the real store, must each be
-//! caught.
+//! fingerprint check forgotten, a panic recorded as a result not stored), a fast reserve whose
+//! key outlives its lease, and a fenced store that hands a takeover the first holder's fence,
+//! built here in the harness around the real store, must each be caught.
 
 mod support;
 
+use idem::StoreError;
 use idem_check::Variant;
+use idem_core::record::{Command, Reply};
+use idem_core::{Key, Operation};
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{FastPaths, assert_grants_are_fenced, check};
+use support::differential::{FastPaths, TimedStore, Timing, assert_grants_are_fenced, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -164,4 +167,48 @@ fn the_checker_catches_a_store_without_the_fingerprint_check() {
 fn the_checker_catches_a_store_that_forgets_a_panic() {
     let failure = caught(Variant::PanicAsNotStored);
     assert!(failure.contains("Panicked"), "{failure}");
+}
+
+/// Broken on purpose: every grant of a key carries the fence of its first grant, as a store
+/// that kept one fence per key and never advanced it would.
+struct FirstFenceForever {
+    store: RedisStore,
+    first: std::sync::Mutex<std::collections::HashMap<(Operation, Key), idem_core::Fence>>,
+}
+
+impl TimedStore for FirstFenceForever {
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timing), StoreError> {
+        let (mut reply, timing) =
+            TimedStore::apply_timed(&self.store, operation, key, command).await?;
+        if let Reply::Reserved(grant) = &mut reply
+            && let Some(fence) = grant.fence
+        {
+            let mut first = self.first.lock().unwrap();
+            grant.fence = Some(
+                *first
+                    .entry((operation.clone(), key.clone()))
+                    .or_insert(fence),
+            );
+        }
+        Ok((reply, timing))
+    }
+}
+
+#[test]
+fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
+    let server = RedisServer::start();
+    let runtime = runtime();
+    let store = FirstFenceForever {
+        store: runtime
+            .block_on(RedisStore::builder().fences(true).connect(&server.url()))
+            .unwrap(),
+        first: std::sync::Mutex::default(),
+    };
+    let failure = check(&runtime, &store, 256).expect_err("must be caught");
+    assert!(failure.contains("F1"), "{failure}");
 }

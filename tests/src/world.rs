@@ -100,9 +100,8 @@ impl Delivery {
 pub struct World {
     variant: Variant,
     records: Vec<Option<Record>>,
-    /// Each key's last fence granted (MODEL.md `F1`): the store counts them per key, from
-    /// its clock ([`idem_core::Fence::next_after`]).
-    fences: Vec<Option<idem_core::Fence>>,
+    /// Each key's fences (MODEL.md `F1`): the store counts them per key, from its clock.
+    fences: Vec<idem_core::FenceCounter>,
     /// Keys that hold a corrupt value.
     corrupt: Vec<bool>,
     /// Where each caller's attempts start among the history's attempts.
@@ -140,7 +139,7 @@ impl World {
         Self {
             variant,
             records: vec![None; keys],
-            fences: vec![None; keys],
+            fences: vec![idem_core::FenceCounter::default(); keys],
             corrupt: (0..keys).map(|key| corrupt.contains(&key)).collect(),
             first_attempt,
             history,
@@ -190,18 +189,12 @@ impl World {
                 }
             }
         } else {
-            let last_fence = self.fences.get_mut(key);
+            let mut spare = idem_core::FenceCounter::default();
+            let fences = self.fences.get_mut(key).unwrap_or(&mut spare);
             let transition =
                 self.variant
                     .apply_fenced(before.as_ref(), command.clone(), now, || {
-                        let fence = idem_core::Fence::next_after(
-                            last_fence.as_deref().copied().flatten(),
-                            Timestamp::from_millis(store_now),
-                        );
-                        if let Some(last) = last_fence {
-                            *last = Some(fence);
-                        }
-                        fence
+                        fences.next(Timestamp::from_millis(store_now))
                     });
             self.apply(key, transition)
         };

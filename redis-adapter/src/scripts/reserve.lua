@@ -5,13 +5,15 @@ if not rec then
     return {'R', now, lease_until}
   end
   -- F1: the grant's fence is the server's clock in microseconds; the script then waits for
-  -- the clock to pass it, so every later script on this server, which runs after this one
-  -- returns, reads a later clock and grants a greater fence.
+  -- the clock to move on from it, so every later script on this server, which runs after
+  -- this one returns, reads a later clock and grants a greater fence. It waits for any other
+  -- reading, not a greater one: a clock stepped back ends the wait at once (the fences are
+  -- then out of order, MODEL.md says so) instead of holding the server until it catches up.
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   repeat
     t = redis.call('TIME')
-  until tonumber(t[1]) * 1000000 + tonumber(t[2]) > us
+  until tonumber(t[1]) * 1000000 + tonumber(t[2]) ~= us
   local bytes, n = {}, us
   for i = 8, 1, -1 do
     bytes[i] = string.char(n % 256)

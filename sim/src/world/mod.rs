@@ -55,9 +55,9 @@ pub(crate) struct World<'p> {
     storage: Vec<usize>,
     /// For each storage slot, how many times its record was written.
     versions: Vec<u64>,
-    /// For each storage slot, the last fence the store granted it (MODEL.md `F1`): the
-    /// store counts fences per record, from its clock ([`idem_core::Fence::next_after`]).
-    fences: Vec<Option<idem_core::Fence>>,
+    /// For each storage slot, the store's fences (MODEL.md `F1`): counted per record, from
+    /// its clock.
+    fences: Vec<idem_core::FenceCounter>,
     /// For each storage slot, while a transactional insert applied to it is committing:
     /// when it lands, and whose it is. Reads meanwhile find no record; other commands wait.
     committing: Vec<Option<(u64, usize)>>,
@@ -88,7 +88,7 @@ impl<'p> World<'p> {
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
             versions: vec![0; plan.slots.len()],
-            fences: vec![None; plan.slots.len()],
+            fences: vec![idem_core::FenceCounter::default(); plan.slots.len()],
             committing: vec![None; plan.slots.len()],
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),

@@ -181,13 +181,11 @@ impl World<'_> {
             return;
         }
         let before = self.records[stored].take();
-        let last_fence = &mut self.fences[stored];
+        let fences = &mut self.fences[stored];
         let transition =
             self.variant
                 .apply_fenced(before.as_ref(), command.clone(), judged_at, || {
-                    let fence = idem_core::Fence::next_after(*last_fence, store_now);
-                    *last_fence = Some(fence);
-                    fence
+                    fences.next(store_now)
                 });
         self.exercise_step(before.as_ref(), &command, &transition.reply);
         trace!(
