@@ -227,13 +227,16 @@ pub enum Provider {
     /// `Idempotency-Key`, for as long as the run lasts. A request without a downstream key
     /// is always an effect.
     Keyed,
-    /// A request whose fence (MODEL.md `F1`) is below the highest fence the provider has
-    /// accepted for the key is refused and makes no effect: a provider that stores, per
-    /// key, the highest fence it has applied (a table of your own, a storage service with
-    /// conditional writes). A request with the highest fence is its holder's again, and one
-    /// without a fence, an effect. It orders holders and deduplicates nothing: a stale
-    /// holder's request that comes before the newer holder's is an effect, and so is the
-    /// newer one's.
+    /// A provider that keeps one value per key and writes it only under a fence (MODEL.md
+    /// `F1`) not below the highest it has applied for the key: a table of your own behind
+    /// `idem_postgres::FenceGuard`, a storage service with conditional writes. A request
+    /// under a lower fence is a stale holder's and is refused; one under the highest or a
+    /// higher fence writes the key's value, replacing the write before it, so the key holds
+    /// one effect, the newest holder's, however many holders wrote. A request without a
+    /// fence (a run that failed open) is a write the provider cannot order against the
+    /// holders': an effect of its own. What this buys an effect that adds rather than
+    /// replaces (a card charge) is only the refusals: such a provider needs the downstream
+    /// key.
     Fenced,
 }
 
@@ -250,36 +253,54 @@ impl Provider {
         }
     }
 
-    /// Of `lines` (a key's requests, in order), the ones that are effects at this provider.
-    pub fn effects<'a, K>(self, lines: &[&'a Charge<K>]) -> Vec<&'a Charge<K>> {
+    /// Of `lines` (a key's requests, in order), the ones the provider applied, in order: every
+    /// one at the plain provider, the first of each downstream key at the keyed one, every
+    /// one but those under a fence below the highest applied before at the fenced one.
+    pub fn applied<'a, K>(self, lines: &[&'a Charge<K>]) -> Vec<&'a Charge<K>> {
         match self {
             Provider::Plain => lines.to_vec(),
             Provider::Keyed => {
-                let mut effects: Vec<&Charge<K>> = Vec::with_capacity(1);
+                let mut applied: Vec<&Charge<K>> = Vec::with_capacity(1);
                 for line in lines {
                     let seen = line.downstream.is_some()
-                        && effects.iter().any(|e| e.downstream == line.downstream);
+                        && applied.iter().any(|e| e.downstream == line.downstream);
                     if !seen {
-                        effects.push(line);
+                        applied.push(line);
                     }
                 }
-                effects
+                applied
             }
             Provider::Fenced => {
                 let mut highest: Option<Fence> = None;
-                let mut effects: Vec<&Charge<K>> = Vec::with_capacity(1);
+                let mut applied: Vec<&Charge<K>> = Vec::with_capacity(1);
                 for line in lines {
                     if let Some(fence) = line.fence {
                         if highest.is_some_and(|highest| fence < highest) {
                             continue;
                         }
-                        highest = highest.max(Some(fence));
+                        highest = Some(fence);
                     }
-                    effects.push(line);
+                    applied.push(line);
                 }
-                effects
+                applied
             }
         }
+    }
+
+    /// Of `lines` (a key's requests, in order), the effects that remain at this provider: the
+    /// requests it applied, in order, except at the fenced provider, where each fenced write
+    /// replaces the one before it, so what remains is every write without a fence, in order,
+    /// then the last fenced write (last: it is the key's value, the one effect a fence lets
+    /// stand, and the extra effects are the others).
+    pub fn effects<'a, K>(self, lines: &[&'a Charge<K>]) -> Vec<&'a Charge<K>> {
+        let applied = self.applied(lines);
+        if self != Provider::Fenced {
+            return applied;
+        }
+        let (mut effects, fenced): (Vec<_>, Vec<_>) =
+            applied.into_iter().partition(|line| line.fence.is_none());
+        effects.extend(fenced.last());
+        effects
     }
 }
 

@@ -1355,6 +1355,18 @@ fn granted_under(who: usize, until: u64, fence: u64) -> Reply {
 /// A is granted the key under fence `a`, is paused past its lease, B takes the key over under
 /// fence `b` and charges `ch_1`; then A, resumed, charges `ch_2` with its own fence, late.
 fn stale_holder(a: u64, b: u64, provider: Provider) -> History {
+    holders(a, b, provider, false)
+}
+
+/// As [`stale_holder`], but A's request reaches the provider first, before it is paused: the
+/// stale holder's write comes before its successor's.
+fn holders(a: u64, b: u64, provider: Provider, stale_first: bool) -> History {
+    // Charges are named in the order they reach the provider.
+    let (a_charge, b_charge) = if stale_first {
+        ("ch_1", "ch_2")
+    } else {
+        ("ch_2", "ch_1")
+    };
     let mut story = Story::new()
         .store(
             0,
@@ -1364,7 +1376,11 @@ fn stale_holder(a: u64, b: u64, provider: Provider) -> History {
             granted_under(A, 1_000, a),
             fenced(A, 1_000, a),
         )
-        .run(5, A)
+        .run(5, A);
+    if stale_first {
+        story.0.charge_sending(10, A, None, Fence::new(a));
+    }
+    story = story
         .store(
             1_200,
             B,
@@ -1378,22 +1394,24 @@ fn stale_holder(a: u64, b: u64, provider: Provider) -> History {
     story = story.ended(1_215, B, ActionEnd::Succeeded).store(
         1_220,
         B,
-        complete(B, "ch_1"),
+        complete(B, b_charge),
         fenced(B, 2_200, b),
         Reply::Completed(Completion::InTime),
-        completed_with(B, value("ch_1"), 61_220),
+        completed_with(B, value(b_charge), 61_220),
     );
     story = story.finish(1_220, B, executed(false));
-    story.0.charge_sending(1_250, A, None, Fence::new(a));
+    if !stale_first {
+        story.0.charge_sending(1_250, A, None, Fence::new(a));
+    }
     story = story
         .ended(1_260, A, ActionEnd::Succeeded)
         .store(
             1_300,
             A,
-            complete(A, "ch_2"),
-            completed_with(B, value("ch_1"), 61_220),
+            complete(A, a_charge),
+            completed_with(B, value(b_charge), 61_220),
             Reply::Refused(Refusal::NotOwner),
-            completed_with(B, value("ch_1"), 61_220),
+            completed_with(B, value(b_charge), 61_220),
         )
         .finish(1_300, A, executed(true));
     story.0.provider = provider;
@@ -1413,6 +1431,23 @@ fn f1_a_takeover_fenced_above_its_predecessor_passes_and_its_stale_write_is_refu
     let plain = judge(&stale_holder(5, 6, Provider::Plain));
     assert!(plain.violations.is_empty(), "{:?}", plain.violations);
     assert_eq!(plain.stale_at_provider, 1);
+}
+
+#[test]
+fn f1_a_stale_write_that_came_first_is_replaced_by_its_successors() {
+    // A paused after its request: the fenced provider applies it, then B's, under a higher
+    // fence, replaces it. The key holds one effect; `I7` still counts A's extra call.
+    let verdict = judge(&holders(5, 6, Provider::Fenced, true));
+    assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+    assert_eq!(verdict.extra.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.extra_at_provider.total(), 0);
+    assert_eq!(verdict.absorbed.get(Cause::LeaseExpired), 1);
+    assert_eq!(verdict.stale_at_provider, 0);
+    // Nothing stale here for a plain provider either, but two effects: a second charge.
+    let plain = judge(&holders(5, 6, Provider::Plain, true));
+    assert!(plain.violations.is_empty(), "{:?}", plain.violations);
+    assert_eq!(plain.stale_at_provider, 0);
+    assert_eq!(plain.extra_at_provider.get(Cause::LeaseExpired), 1);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! `I7` is judged on every request that reached the provider (`effects`): it is idem's rule,
 //! and a provider that deduplicates must not hide a bug of idem's. Here the same requests
 //! are counted as the provider sees them: the extra effects it made, and the extra calls it
-//! absorbed, each by its cause.
+//! absorbed (answered with an earlier effect, refused as stale, or replaced by a newer
+//! holder's write), each by its cause.
 
 use idem_core::DownstreamKey;
 
@@ -28,15 +29,24 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
             .into_iter()
             .take(requests.len() - 1)
             .collect();
+        verdict.stale_at_provider += stale(run, &provider.applied(&requests));
         let effects = provider.effects(&requests);
-        verdict.stale_at_provider += stale(run, &effects);
         let extra_effects = causes(run, &effects)
             .into_iter()
             .take(effects.len().saturating_sub(1));
+        // Each extra effect takes its cause's place among the absorbed; where the provider
+        // kept another call than `I7`'s count names (the fenced one keeps the newest
+        // holder's write, so its extras are the runs that failed open), it takes another's,
+        // so the extra effects and the absorbed always add up to `I7`'s extra calls.
         for cause in extra_effects {
             verdict.extra_at_provider.add(cause);
-            if let Some(i) = absorbed.iter().position(|c| *c == cause) {
-                absorbed.swap_remove(i);
+            match absorbed.iter().position(|c| *c == cause) {
+                Some(i) => {
+                    absorbed.swap_remove(i);
+                }
+                None => {
+                    absorbed.pop();
+                }
             }
         }
         for cause in absorbed {
@@ -45,17 +55,18 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
     }
 }
 
-/// How many of a key's `effects` at the provider were made by a holder whose grant is older
-/// than the grant of a holder whose effect came before: the writes a fence refuses. The
+/// How many of the requests a provider `applied` to a key were made by a holder whose grant
+/// is older than the grant of a holder whose request it applied before: the writes a fence
+/// refuses. The
 /// grants' order is the store's (when it wrote each reservation), not the fences', so a
 /// store that hands out fences out of order is seen here too. A run that failed open is
 /// nobody's holder, even when the store granted its lost reserve: it carries no fence, and
 /// its effect is fail-open's extra one (`I7`).
-fn stale(run: &Run<'_>, effects: &[&Charge<usize>]) -> u64 {
+fn stale(run: &Run<'_>, applied: &[&Charge<usize>]) -> u64 {
     let mut newest: Option<u64> = None;
     let mut stale = 0;
-    for effect in effects {
-        let Some(granted) = effect
+    for write in applied {
+        let Some(granted) = write
             .by
             .and_then(|who| run.facts.get(who))
             .filter(|facts| !facts.unprotected)
