@@ -7,8 +7,9 @@
 //! `fresh` with the complete sent as the complete script (`fast_complete(false)`);
 //! `scripted` sends both as their scripts (`single_command_reserve(false)` and
 //! `fast_complete(false)`); `fenced` is the fresh call of a store that hands out fences
-//! (`fences(true)`): the reserve script granting under a fence, then the fast complete;
-//! `ping` is `N` PINGs.
+//! (`fences(true)`): the fenced fast reserve, then the fast complete; `fenced-script` the
+//! same with the reserve sent as the reserve script granting under a fence (what
+//! `single_command_reserve(false)` sends); `ping` is `N` PINGs.
 //!
 //! ```text
 //! cargo run -p idem-redis --example resp_calls -- fresh 20000 > fresh.resp
@@ -38,7 +39,7 @@ fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(kind), Some(Ok(calls))) = (args.next(), args.next().map(|n| n.parse::<u64>())) else {
         eprintln!(
-            "usage: resp_calls fresh|replay|replay-time-left|complete-script|scripted|fenced|ping N"
+            "usage: resp_calls fresh|replay|replay-time-left|complete-script|scripted|fenced|fenced-script|ping N"
         );
         std::process::exit(2);
     };
@@ -58,6 +59,9 @@ fn main() -> io::Result<()> {
     let own_sha = redis::Script::new(&complete_own).get_hash().to_owned();
     let reserve_script = scripts::source("reserve").unwrap_or_default();
     let reserve_sha = redis::Script::new(&reserve_script).get_hash().to_owned();
+    let reserve_fenced = scripts::source("reserve_fenced").unwrap_or_default();
+    let fenced_sha = redis::Script::new(&reserve_fenced).get_hash().to_owned();
+    let fenced_header = codec::fenced_header(owner, fingerprint);
     let layout = KeyLayout::default();
     let operation = Operation::new("payment.charge").unwrap_or_else(|_| unreachable!());
     let key = |i: u64| {
@@ -83,15 +87,31 @@ fn main() -> io::Result<()> {
     let mut out = Vec::new();
     match kind.as_str() {
         "ping" => (0..calls).for_each(|_| request(&mut out, &[b"PING"])),
-        "fresh" | "replay" | "replay-time-left" | "complete-script" | "scripted" | "fenced" => {
+        "fresh" | "replay" | "replay-time-left" | "complete-script" | "scripted" | "fenced"
+        | "fenced-script" => {
             request(&mut out, &[b"SCRIPT", b"LOAD", complete.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", complete_own.as_bytes()]);
             request(&mut out, &[b"SCRIPT", b"LOAD", reserve_script.as_bytes()]);
+            request(&mut out, &[b"SCRIPT", b"LOAD", reserve_fenced.as_bytes()]);
             for i in 0..calls {
-                if kind == "scripted" || kind == "fenced" {
+                if kind == "fenced" {
+                    // The fenced fast reserve: the reservation's header, the lease less a
+                    // millisecond, no PTTL.
+                    let key = key(i);
+                    let reserve: [&[u8]; 7] = [
+                        b"EVALSHA",
+                        fenced_sha.as_bytes(),
+                        b"1",
+                        key.as_bytes(),
+                        &fenced_header,
+                        b"29999",
+                        b"0",
+                    ];
+                    request(&mut out, &reserve);
+                } else if kind == "scripted" || kind == "fenced-script" {
                     // owner, fingerprint, a 30 s lease, no change notices, fences or not.
                     let key = key(i);
-                    let fences: &[u8] = if kind == "fenced" { b"1" } else { b"0" };
+                    let fences: &[u8] = if kind == "fenced-script" { b"1" } else { b"0" };
                     let reserve: [&[u8]; 9] = [
                         b"EVALSHA",
                         reserve_sha.as_bytes(),
@@ -108,7 +128,7 @@ fn main() -> io::Result<()> {
                     reserve(&mut out, i);
                 }
                 let key = key(i);
-                if kind == "fresh" || kind == "fenced" || kind.starts_with("replay") {
+                if kind == "fresh" || kind.starts_with("fenced") || kind.starts_with("replay") {
                     // The fast complete: the pending record, the completed one, one day's
                     // retention less a millisecond.
                     let complete: [&[u8]; 7] = [
@@ -153,7 +173,7 @@ fn main() -> io::Result<()> {
         }
         _ => {
             eprintln!(
-                "unknown kind {kind:?}: fresh, replay, replay-time-left, complete-script, scripted, fenced or ping"
+                "unknown kind {kind:?}: fresh, replay, replay-time-left, complete-script, scripted, fenced, fenced-script or ping"
             );
             std::process::exit(2);
         }

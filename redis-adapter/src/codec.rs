@@ -187,9 +187,16 @@ pub fn encode_pending(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
 /// The value of `owner`'s pending record for `fingerprint` granted under `fence`, unmarked
 /// (version 3): what the reserve script of a store that hands out fences writes.
 pub fn encode_fenced(owner: OwnerToken, fingerprint: Fingerprint, fence: Fence) -> Vec<u8> {
-    let mut out = header(VERSION_FENCED, STATE_PENDING, owner, fingerprint, 8);
+    let mut out = fenced_header(owner, fingerprint);
     out.extend_from_slice(&fence.get().to_be_bytes());
     out
+}
+
+/// The first [`HEADER_LEN`] bytes of `owner`'s unmarked pending record for `fingerprint` granted
+/// under a fence, the fence not yet known: what the fenced fast reserve sends, for the server
+/// to append the fence its clock gives (`reserve_fenced.lua`).
+pub fn fenced_header(owner: OwnerToken, fingerprint: Fingerprint) -> Vec<u8> {
+    header(VERSION_FENCED, STATE_PENDING, owner, fingerprint, 0)
 }
 
 /// The value of a completed record: `owner` completed `fingerprint` with `result`.

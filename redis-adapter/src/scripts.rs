@@ -51,6 +51,15 @@
 //! of a live pending record held by its caller: `Completed(InTime)`, the result kept for the
 //! retention from the server's instant.
 //!
+//! And one more without a prelude: the **fenced fast reserve** (`reserve_fenced.lua`), a store
+//! with fences' single-command reserve ([`crate::fast_reserve`]). It reads `TIME` and sends
+//! `SET … NX … PX … GET` of the caller's version-3 reservation with the clock in microseconds
+//! as its fence; on a grant it waits for `TIME` to read anything else (so every later grant on
+//! the server is fenced above, MODEL.md `F1`) and answers `{1, fence}`; on a key that held a
+//! value it answers `{0, value}` (and the key's `PTTL` when asked), which the store decides as
+//! the single-command reserve's answer, handing the reserve script what the bytes do not
+//! settle; on a `SET` the server refused, `{2}`, and the reserve script decides.
+//!
 //! The store runs each script with `EVALSHA`, and with `EVAL` and the source when the
 //! server's script cache does not hold it (a restart, `SCRIPT FLUSH`, a new Cluster node):
 //! `EVAL` goes to the key's node and caches the script there. Those fallbacks are counted
@@ -83,6 +92,10 @@ const READ: &str = include_str!("scripts/read.lua");
 /// prelude.
 const COMPLETE_OWN: &str = include_str!("scripts/complete_own.lua");
 
+/// ARGV: the fenced pending record's first 52 bytes, lease - 1 (ms), "1" to answer a found
+/// record's `PTTL`. No prelude.
+const RESERVE_FENCED: &str = include_str!("scripts/reserve_fenced.lua");
+
 /// The Lua source of the script for `command` (`reserve`, `complete`, `renew`, `release`
 /// or `read`, as [`idem_core::record::Command::name`] names them, or `complete_own`, the
 /// fast complete), exactly as the store sends it: for auditing, and for tools that drive a
@@ -95,6 +108,7 @@ pub fn source(command: &str) -> Option<String> {
         "release" => RELEASE,
         "read" => READ,
         "complete_own" => return Some(COMPLETE_OWN.to_owned()),
+        "reserve_fenced" => return Some(RESERVE_FENCED.to_owned()),
         _ => return None,
     };
     // Each part after a line break of its own: the same bytes, and so the same SHA1, as the
@@ -117,12 +131,13 @@ impl Script {
     }
 }
 
-/// The six scripts, each with its SHA1 computed once.
+/// The seven scripts, each with its SHA1 computed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) reserve: Script,
     pub(crate) complete: Script,
     pub(crate) complete_own: Script,
+    pub(crate) reserve_fenced: Script,
     pub(crate) renew: Script,
     pub(crate) release: Script,
     pub(crate) read: Script,
@@ -134,6 +149,7 @@ impl Scripts {
             reserve: Script::named("reserve"),
             complete: Script::named("complete"),
             complete_own: Script::named("complete_own"),
+            reserve_fenced: Script::named("reserve_fenced"),
             renew: Script::named("renew"),
             release: Script::named("release"),
             read: Script::named("read"),
@@ -184,5 +200,11 @@ mod tests {
         // The fast complete reads no clock and no deadline.
         let own = source("complete_own").expect("the fast complete");
         assert!(!own.contains("TIME") && !own.contains("PEXPIRETIME"));
+        // The fenced fast reserve reads the clock for its fence only, no record and no
+        // deadline: one `SET` that writes only a free key.
+        let fenced = source("reserve_fenced").expect("the fenced fast reserve");
+        assert!(fenced.contains("redis.call('TIME')") && !fenced.contains("PEXPIRETIME"));
+        assert_eq!(fenced.matches("'SET'").count(), 1);
+        assert!(fenced.contains("'NX'"));
     }
 }

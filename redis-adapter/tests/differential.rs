@@ -54,13 +54,21 @@ fn redis_with_fences_agrees_with_the_record_machine() {
     }
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
     assert_grants_are_fenced(&runtime, &store);
-    // The same with the fast complete in front, which completes a fenced reservation too.
-    let fast = fast_paths(&runtime, &server, RedisStore::builder().fences(true));
-    if let Err(failure) = check(&runtime, &fast, 100) {
-        panic!("{failure}");
+    // The same with the fast paths in front: the fenced fast reserve, which grants under the
+    // server's clock in one `SET … NX … GET` (with the `PTTL` of a record it finds, when
+    // asked), and the fast complete, which completes a fenced reservation too.
+    for builder in [
+        RedisStore::builder().fences(true),
+        RedisStore::builder().fences(true).replay_time_left(true),
+    ] {
+        let fast = fast_paths(&runtime, &server, builder);
+        if let Err(failure) = check(&runtime, &fast, 100) {
+            panic!("{failure}");
+        }
+        let stats = fast.store.stats();
+        assert_eq!(stats.unavailable + stats.corrupt, 0);
+        assert_grants_are_fenced(&runtime, &fast.store);
     }
-    let stats = fast.store.stats();
-    assert_eq!(stats.unavailable + stats.corrupt, 0);
 }
 
 /// A store built by `builder` on `server`, its reserves and completes taking the fast paths.

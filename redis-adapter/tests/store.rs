@@ -940,6 +940,73 @@ async fn evalshas(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .map_or(0, |calls| calls.parse().unwrap())
 }
 
+/// Whether `server` holds the script whose source is `name`'s in its script cache.
+async fn holds_script(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> bool {
+    let source = idem_redis::scripts::source(name).unwrap();
+    let sha1 = redis::Script::new(&source).get_hash().to_owned();
+    let held: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(sha1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    held == [1]
+}
+
+#[tokio::test]
+async fn with_fences_a_fresh_call_and_a_replay_never_send_the_reserve_script() {
+    // The fenced fast reserve grants a free key, replays a completed one and answers the
+    // holder's repeated reserve from the bytes it finds; only "in flight", which marks the
+    // record for a waiter, needs the reserve script.
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let store = RedisStore::builder()
+        .fences(true)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let (o, k) = (op("payment.charge"), key("fast-fenced"));
+    let first = fence_of(&store.apply(&o, &k, reserve(1, b"a")).await.unwrap());
+    assert_eq!(
+        fence_of(&store.apply(&o, &k, reserve(1, b"a")).await.unwrap()),
+        first
+    );
+    assert!(holds_script(&mut conn, "reserve_fenced").await);
+    assert!(!holds_script(&mut conn, "reserve").await);
+    assert_eq!(
+        store
+            .apply(&o, &k, complete(1, b"a", Some(b"ok")))
+            .await
+            .unwrap(),
+        Reply::Completed(Completion::InTime)
+    );
+    assert_eq!(
+        unsaid(store.apply(&o, &k, reserve(2, b"a")).await.unwrap()),
+        replay(value(b"ok"))
+    );
+    assert!(matches!(
+        store.apply(&o, &k, reserve(2, b"b")).await.unwrap(),
+        Reply::KeyReuse { .. }
+    ));
+    let second = fence_of(
+        &store
+            .apply(&o, &key("other"), reserve(3, b"a"))
+            .await
+            .unwrap(),
+    );
+    assert!(second > first, "{second:?} after {first:?}");
+    assert!(!holds_script(&mut conn, "reserve").await);
+    // A waiter's "in flight" marks the record: the reserve script's work.
+    assert!(matches!(
+        store
+            .apply(&o, &key("other"), reserve(4, b"a"))
+            .await
+            .unwrap(),
+        Reply::InFlight { .. }
+    ));
+    assert!(holds_script(&mut conn, "reserve").await);
+}
+
 #[tokio::test]
 async fn with_fences_every_grant_is_fenced_above_the_ones_before() {
     // MODEL.md F1 on Redis: the first grant, the holder's renewal and repeated reserve, a

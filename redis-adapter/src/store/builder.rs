@@ -215,21 +215,25 @@ impl RedisStoreBuilder {
     /// adapter did not write) to the reserve script, at the cost of a second request. Off,
     /// every reserve is the script. A grant made by the fast reserve reports no lease end
     /// ([`idem_core::Reservation::lease_until`] is `None`), and a replay it answers does not
-    /// say how long its record has left (so a driver's replay cache does not keep it).
+    /// say how long its record has left (so a driver's replay cache does not keep it). On a
+    /// store with [`fences`](Self::fences), the same reserve is sent as the smallest script
+    /// that can put the server's clock in it as the fence, and decided the same way.
     #[must_use]
     pub fn single_command_reserve(mut self, on: bool) -> Self {
         self.fast_reserve = on;
         self
     }
 
-    /// Whether every grant carries a fence (MODEL.md `F1`; default off): the reserve script
-    /// grants a free key under the server's clock in microseconds and waits for the clock to
-    /// pass it, so every later grant on the server is fenced above, and writes the
-    /// reservation as a version-3 record that keeps its fence ([`crate::codec`]); renewals
-    /// and the holder's repeated reserve answer it. On, every reserve is the reserve script
-    /// (the single-command reserve writes no fence): still one round trip, at a cost to the
-    /// server that BENCHMARKS.md measures. Turn it on once every process of the service runs
-    /// a version that reads version-3 records. Where its monotonicity ends (a server whose
+    /// Whether every grant carries a fence (MODEL.md `F1`; default off): a grant of a free
+    /// key is made under the server's clock in microseconds, and the script that made it
+    /// waits for the clock to read anything else, so every later grant on the server is
+    /// fenced above; the reservation is written as a version-3 record that keeps its fence
+    /// ([`crate::codec`]), which renewals and the holder's repeated reserve answer. On, the
+    /// single-command reserve becomes the fenced fast reserve, the smallest script that
+    /// writes the server's clock into the reservation (`TIME`, then `SET … NX … GET`;
+    /// [`crate::scripts`]): still one round trip, at a cost to the server that BENCHMARKS.md
+    /// measures. Turn it on once every process of the service runs a version that reads
+    /// version-3 records. Where its monotonicity ends (a server whose
     /// clock steps back, a failover to a node whose clock is behind): MODEL.md, "Which
     /// stores hand out fences".
     #[must_use]
@@ -519,7 +523,7 @@ impl RedisStoreBuilder {
                 notices,
                 layout,
                 command_timeout: self.command_timeout,
-                fast_reserve: self.fast_reserve && !self.fences,
+                fast_reserve: self.fast_reserve,
                 fences: self.fences,
                 fast_complete: self.fast_complete,
                 replay_time_left: self.replay_time_left,

@@ -1,11 +1,12 @@
 //! The single-command reserve ([`crate::fast_reserve`]) as the store sends it: which reserves try
-//! it, the `SET … NX … GET` itself, and how its answer is decided.
+//! it, the `SET … NX … GET` itself (or, on a store that hands out fences, the smallest script
+//! that puts the server's clock in it as the fence), and how its answer is decided.
 
 use std::time::Duration;
 
 use idem::StoreError;
 use idem_core::record::{Command, Reply};
-use idem_core::{Key, Operation};
+use idem_core::{Fence, Fingerprint, Key, Operation, OwnerToken, Reservation};
 use redis::Value;
 
 use super::RedisStore;
@@ -50,6 +51,11 @@ impl RedisStore {
             return Ok(None);
         };
         let redis_key = self.inner.layout.record_key(operation, key);
+        if self.inner.fences {
+            return self
+                .fenced_fast_reserve(command, &redis_key, *owner, *fingerprint, lease_ms)
+                .await;
+        }
         let mut set = redis::cmd("SET");
         set.arg(&redis_key)
             .arg(codec::encode_pending(*owner, *fingerprint))
@@ -104,16 +110,90 @@ impl RedisStore {
                 .map(|ms| Duration::from_millis(ms.saturating_add(1))),
             _ => None,
         };
-        let watch = self.inner.notices.is_some();
-        Ok(
-            match fast_reserve::decide(held.as_deref(), *owner, *fingerprint, watch) {
-                Decision::Answer(Reply::Replay { result, .. }) => Some(Reply::Replay {
-                    result,
-                    remaining: time_left,
-                }),
-                Decision::Answer(reply) => Some(reply),
-                Decision::Script => None,
+        Ok(self.decide(held.as_deref(), *owner, *fingerprint, time_left))
+    }
+
+    /// The fenced fast reserve (`reserve_fenced.lua`, MODEL.md `F1`): the single-command
+    /// reserve as the smallest script that writes the server's clock into the reservation as
+    /// its fence. A grant answers with that fence; a value found is decided as the
+    /// single-command reserve decides it.
+    async fn fenced_fast_reserve(
+        &self,
+        command: &Command,
+        redis_key: &str,
+        owner: OwnerToken,
+        fingerprint: Fingerprint,
+        lease_ms: u64,
+    ) -> Result<Option<Reply>, StoreError> {
+        let args = [
+            codec::fenced_header(owner, fingerprint),
+            (lease_ms - 1).to_string().into_bytes(),
+            if self.inner.replay_time_left {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
             },
-        )
+        ];
+        let script = &self.inner.scripts.reserve_fenced;
+        let value = self.eval(command, script, redis_key, &args).await?;
+        let unexpected = |detail: String| {
+            StoreError::unavailable(
+                command,
+                UnexpectedReply {
+                    script: "reserve_fenced",
+                    detail,
+                },
+            )
+        };
+        let Value::Array(reply) = value else {
+            return Err(unexpected(format!("{value:?}")));
+        };
+        match reply.as_slice() {
+            // I1 and F1: the key was free, and is now reserved under this fence.
+            [Value::Int(1), Value::BulkString(bytes)] => {
+                let fence = <[u8; 8]>::try_from(bytes.as_slice())
+                    .ok()
+                    .and_then(|bytes| Fence::new(u64::from_be_bytes(bytes)))
+                    .ok_or_else(|| unexpected(format!("the fence {bytes:?}")))?;
+                Ok(Some(Reply::Reserved(Reservation {
+                    owner,
+                    lease_until: None,
+                    fence: Some(fence),
+                })))
+            }
+            [Value::Int(0), Value::BulkString(held), rest @ ..] => {
+                let time_left = match rest {
+                    [Value::Int(ms)] => u64::try_from(*ms)
+                        .ok()
+                        .map(|ms| Duration::from_millis(ms.saturating_add(1))),
+                    _ => None,
+                };
+                Ok(self.decide(Some(held), owner, fingerprint, time_left))
+            }
+            // The `SET` was refused and changed nothing: the reserve script decides.
+            [Value::Int(2)] => Ok(None),
+            other => Err(unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// The answer to a reserve from the value the key `held` when the fast reserve ran
+    /// (`None`: it was free), with `time_left` of a completed record found: the record
+    /// machine's reply, or `None` for the reserve script to decide.
+    fn decide(
+        &self,
+        held: Option<&[u8]>,
+        owner: OwnerToken,
+        fingerprint: Fingerprint,
+        time_left: Option<Duration>,
+    ) -> Option<Reply> {
+        let watch = self.inner.notices.is_some();
+        match fast_reserve::decide(held, owner, fingerprint, watch) {
+            Decision::Answer(Reply::Replay { result, .. }) => Some(Reply::Replay {
+                result,
+                remaining: time_left,
+            }),
+            Decision::Answer(reply) => Some(reply),
+            Decision::Script => None,
+        }
     }
 }

@@ -146,7 +146,7 @@ impl RedisStore {
     /// `script` on `redis_key` with `args`, within the backstop timeout: `EVALSHA`, and if
     /// the server does not hold the script, `EVAL` with its source, which goes to the key's
     /// node and caches it there (counted in `script_fallbacks`).
-    async fn eval(
+    pub(super) async fn eval(
         &self,
         command: &Command,
         script: &Script,
