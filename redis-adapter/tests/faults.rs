@@ -415,6 +415,78 @@ async fn a_failover_can_lose_an_acknowledged_reserve() {
     ));
 }
 
+/// Fences across a failover (MODEL.md, "Which stores hand out fences"): a reservation the
+/// replica received keeps its fence there, and a grant the promoted replica makes, of a key
+/// whose acknowledged grant it never received and of a key whose lease ran out on it, is
+/// fenced above the grants the old master made. That holds because both servers read one
+/// clock here; a replica whose clock runs behind by more than the time between two grants of
+/// a key would grant a lower fence, which MODEL.md names as where monotonicity ends.
+#[tokio::test]
+async fn with_fences_a_promoted_replica_grants_above_the_old_masters_fences() {
+    let mut master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let link = Proxy::start(master.port).await;
+    let link_port = link.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &link_port]);
+    let fenced_at = |url: String| async move {
+        RedisStore::builder()
+            .watch(false)
+            .fences(true)
+            .connect_timeout(REPLY_TIMEOUT)
+            .connect(&url)
+            .await
+            .unwrap()
+    };
+    let on_master = fenced_at(master.url()).await;
+    let op = Operation::new("payment.charge").unwrap();
+    let reserve = |owner: u128, lease: Duration| Command::Reserve {
+        owner: OwnerToken::from_u128(owner),
+        fingerprint: Fingerprint::of_bytes(b"a"),
+        lease,
+    };
+    let granted = |reply: Result<Reply, StoreError>, owner: u128| match reply {
+        Ok(Reply::Reserved(grant)) if grant.owner == OwnerToken::from_u128(owner) => {
+            grant.fence.expect("a fenced grant")
+        }
+        other => panic!("not granted to {owner}: {other:?}"),
+    };
+    let (kept, lost) = (Key::new("kept").unwrap(), Key::new("lost").unwrap());
+    let kept_lease = Duration::from_millis(1_500);
+
+    let kept_fence = granted(on_master.apply(&op, &kept, reserve(1, kept_lease)).await, 1);
+    let kept_key = on_master.layout().record_key(&op, &kept);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw_command(replica.port, &format!("EXISTS {kept_key}")).unwrap_or_default() != ":1\r\n" {
+        assert!(Instant::now() < deadline, "the replica never synchronised");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    link.stall();
+    let lost_fence = granted(on_master.apply(&op, &lost, reserve(2, LEASE)).await, 2);
+    assert!(lost_fence > kept_fence);
+    master.kill();
+    let promoted = raw_command(replica.port, "REPLICAOF NO ONE").unwrap();
+    assert!(promoted.starts_with("+OK"), "{promoted}");
+
+    let on_replica = fenced_at(replica.url()).await;
+    // The replicated reservation is the master's, fence and all.
+    match on_replica.apply(&op, &kept, Command::Read).await {
+        Ok(Reply::Read(Some(Record::Pending { owner, fence, .. }))) => {
+            assert_eq!(owner, OwnerToken::from_u128(1));
+            assert_eq!(fence, Some(kept_fence));
+        }
+        other => panic!("the replicated reservation: {other:?}"),
+    }
+    // The grant that never reached the replica is lost with its record (I7's failover
+    // case); the next grant of that key is fenced above it all the same.
+    let regranted = granted(on_replica.apply(&op, &lost, reserve(3, LEASE)).await, 3);
+    assert!(regranted > lost_fence, "{regranted:?} after {lost_fence:?}");
+    // The replicated lease runs out on the promoted replica's clock; the takeover is fenced
+    // above the master's grant.
+    tokio::time::sleep(kept_lease).await;
+    let taken = granted(on_replica.apply(&op, &kept, reserve(4, LEASE)).await, 4);
+    assert!(taken > kept_fence && taken > regranted, "{taken:?}");
+    assert_eq!(on_replica.stats().corrupt, 0);
+}
+
 /// A service can start while Redis is down: a lazily connected store answers every command
 /// `Unavailable` (so calls fail as configured) and works once the server is up.
 #[tokio::test]
