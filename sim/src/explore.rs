@@ -66,7 +66,8 @@ pub struct Summary {
     /// Extra effects at the provider, by cause (MODEL.md `D1`): [`extra`](Self::extra) at a
     /// plain provider, fewer at one that deduplicates by the downstream key.
     pub extra_at_provider: CauseCounts,
-    /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
+    /// Extra calls the provider absorbed, by cause: answered with the effect of their
+    /// downstream key (keyed), refused as stale or replaced by a newer holder's write (fenced).
     pub absorbed: CauseCounts,
     /// Stale writes at the provider (MODEL.md `F1`): none at one that honours fences.
     pub stale_at_provider: u64,

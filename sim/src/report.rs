@@ -73,7 +73,8 @@ pub struct RunReport {
     pub extra_transactional: CauseCounts,
     /// Extra effects at the run's provider, by cause (MODEL.md `D1`).
     pub extra_at_provider: CauseCounts,
-    /// Extra calls the provider absorbed (it had seen their downstream key), by cause.
+    /// Extra calls the provider absorbed, by cause: answered with the effect of their
+    /// downstream key (keyed), refused as stale or replaced by a newer holder's write (fenced).
     pub absorbed: CauseCounts,
     /// Stale writes at the run's provider: effects by a holder whose grant is older than
     /// that of a holder whose effect came before (MODEL.md `F1`).

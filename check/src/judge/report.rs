@@ -103,15 +103,18 @@ pub struct Verdict {
     /// `retention-expired` is allowed; one counted under another cause (a lease lost, a
     /// holder crashed or dropped) is also a violation of `T1`.
     pub extra_transactional: CauseCounts,
-    /// The extra effects at the run's provider (MODEL.md `D1`), by cause: the same as
-    /// [`extra`](Self::extra) at a provider without idempotency, fewer at one that
-    /// deduplicates by the downstream key.
+    /// The extra effects at the run's provider (MODEL.md `D1`, `F1`), by cause: the same as
+    /// [`extra`](Self::extra) at a provider without idempotency, none at one that
+    /// deduplicates by the downstream key, only the runs that failed open at one that keeps a
+    /// value per key under fences.
     pub extra_at_provider: CauseCounts,
-    /// The requests that reached the provider and made no effect there (it had seen their
-    /// downstream key), by the cause that made them extra calls.
+    /// The extra calls that reached the provider and left no effect there, by the cause that
+    /// made them extra: answered with the effect of their downstream key, refused as stale,
+    /// or replaced by a newer holder's write. With
+    /// [`extra_at_provider`](Self::extra_at_provider) it adds up to [`extra`](Self::extra).
     pub absorbed: CauseCounts,
-    /// Stale writes at the run's provider: effects there made by a holder whose grant is
-    /// older than the grant of a holder that had already made an effect under the key (a
+    /// Stale writes at the run's provider: writes it applied made by a holder whose grant is
+    /// older than the grant of a holder whose write it had already applied under the key (a
     /// holder paused past its lease whose request lands after its successor's, overwriting
     /// newer state). A provider that honours fences refuses every one (MODEL.md `F1`).
     pub stale_at_provider: u64,
