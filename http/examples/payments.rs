@@ -1,7 +1,7 @@
 //! A payments service under the idempotency layer.
 //!
 //! ```text
-//! cargo run -p idem-http --example payments -- --addr 127.0.0.1:3000 [--redis URL] [--action-ms N]
+//! cargo run -p idem-http --example payments -- --addr 127.0.0.1:3000 [--redis URL [--fences]] [--action-ms N]
 //! ```
 //!
 //! `POST /charges` with `{"amount": <integer>, "currency": "<string>"}` and an
@@ -83,6 +83,11 @@ pub(crate) struct Args {
     /// processes.
     #[arg(long)]
     ledger: Option<PathBuf>,
+    /// With `--redis`, every grant carries a fence (`RedisStoreBuilder::fences`, MODEL.md
+    /// `F1`), which each charge sends its provider as `Fencing-Token` (`MemoryStore` fences
+    /// every grant already).
+    #[arg(long, requires = "redis")]
+    fences: bool,
     /// The lease of a running charge, in milliseconds (renewed while it runs): how long a
     /// key stays held after its process died or cut it.
     #[arg(long, default_value_t = 30_000)]
@@ -373,7 +378,12 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         (post(handler), None)
     } else {
         let store = match &args.redis {
-            Some(url) => AnyStore::new(idem_redis::RedisStore::connect(url).await?),
+            Some(url) => AnyStore::new(
+                idem_redis::RedisStore::builder()
+                    .fences(args.fences)
+                    .connect(url)
+                    .await?,
+            ),
             None => AnyStore::new(MemoryStore::new()),
         };
         let policy = match args.in_flight {

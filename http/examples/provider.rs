@@ -79,6 +79,9 @@ pub(crate) struct Statement {
     /// Requests refused because their fence was below the highest the key had seen.
     #[serde(default)]
     pub(crate) stale: usize,
+    /// Requests that carried a fence (`Fencing-Token`), refused or not.
+    #[serde(default)]
+    pub(crate) fenced: usize,
 }
 
 #[derive(Debug, Default)]
@@ -117,6 +120,7 @@ async fn charge(
     let id = {
         let mut provider = app.provider.lock().unwrap_or_else(|e| e.into_inner());
         let Provider { entries, statement } = &mut *provider;
+        statement.fenced += usize::from(fence.is_some());
         if let (Some(fence), Some(entry)) = (fence, entries.get_mut(&key)) {
             if entry.fence.is_some_and(|highest| fence < highest) {
                 statement.stale += 1;

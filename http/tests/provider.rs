@@ -59,6 +59,7 @@ fn payments(port: u16, redis: &str, provider: &str) -> ExampleProcess {
             provider,
             "--lease-ms",
             "1000",
+            "--fences",
         ],
         "payments on",
     )
@@ -186,6 +187,15 @@ async fn a_holder_paused_past_its_lease_charges_once_at_a_keyed_provider() {
     assert!(statement.replays >= KEYS, "{} replays", statement.replays);
     let ids: BTreeSet<String> = statement.charges.iter().map(|(id, _)| id.clone()).collect();
     assert_eq!(answered, ids);
+    // Both processes' stores fence their grants (Redis with fences): every request carried
+    // its holder's fence, and the taker's, granted after the holder's, are above them, so
+    // none was stale.
+    assert!(
+        statement.fenced >= 2 * KEYS,
+        "{} of the requests carried a fence",
+        statement.fenced
+    );
+    assert_eq!(statement.stale, 0);
 }
 
 /// The provider example over real HTTP: per key, a fence below the highest seen is refused
