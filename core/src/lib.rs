@@ -20,6 +20,7 @@
 //! that check each; comments here refer to them by name.
 
 pub mod attempt;
+pub mod delivery;
 pub mod downstream;
 pub mod fence;
 pub mod fingerprint;
@@ -33,6 +34,7 @@ pub use attempt::{
     Abandonment, ActionResult, Attempt, Execution, LeaseState, Outcome, Protection, ProtocolError,
     Recording, Step, confirmed_lease,
 };
+pub use delivery::{CallEnd, DeadLetterReason, Disposition, Redelivery, RedeliveryError};
 pub use downstream::{DOWNSTREAM_KEY_PREFIX, DownstreamKey};
 pub use fence::{Fence, FenceCounter, ParseFenceError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError, ParseFingerprintError};

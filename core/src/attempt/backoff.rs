@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// The delay before retry number `n` (from zero): doubling from `initial`, capped at `cap`,
 /// with "equal jitter" (half the delay fixed, half drawn from `jitter`).
-pub(super) fn delay(initial: Duration, cap: Duration, n: u32, jitter: &mut SplitMix64) -> Duration {
+pub(crate) fn delay(initial: Duration, cap: Duration, n: u32, jitter: &mut SplitMix64) -> Duration {
     let full = initial.saturating_mul(1u32 << n.min(20)).min(cap);
     let half = full / 2;
     let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX);
@@ -20,10 +20,10 @@ pub(super) fn delay(initial: Duration, cap: Duration, n: u32, jitter: &mut Split
 
 /// A small, seeded, portable generator for backoff jitter (not for tokens).
 #[derive(Debug, Clone)]
-pub(super) struct SplitMix64(pub(super) u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
-    pub(super) fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -27,7 +27,7 @@
 //! Randomness is an input: the owner token and the seed of the backoff jitter come from the
 //! caller, so a seeded simulation replays an attempt exactly.
 
-mod backoff;
+pub(crate) mod backoff;
 mod lease;
 mod outcome;
 mod phase;
