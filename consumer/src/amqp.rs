@@ -1,0 +1,184 @@
+//! Consumers of RabbitMQ (AMQP 0.9.1) on lapin: [`Consumer::run_amqp`].
+//!
+//! Each delivery is acknowledged (`basic.ack`) once its message's effect is recorded, handed
+//! back (`basic.nack` with requeue, after the core's delay) when its call recorded nothing,
+//! and rejected without requeue (`basic.reject`, to the queue's dead-letter exchange if it
+//! has one) when it can never succeed.
+//!
+//! Which delivery of a message this is comes from the `x-delivery-count` header, which a
+//! quorum queue sets on every redelivery; a classic queue says only whether a message was
+//! delivered before (`redelivered`), so there a message counts at most two deliveries and
+//! [`Redelivery::max_deliveries`](idem_core::Redelivery::max_deliveries) above 2 is never
+//! reached: use a quorum queue (or its own `x-delivery-limit`) to bound redeliveries.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use idem::{Claim, Codec, Store};
+use idem_core::Disposition;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
+use lapin::types::AMQPValue;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::consumer::{ConsumeReport, Consumer};
+use crate::message::Message;
+
+/// The header a quorum queue counts a message's earlier deliveries in.
+pub const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
+
+impl<S, T, E, C> Consumer<S, T, E, C>
+where
+    S: Store,
+    T: Send + 'static,
+    E: Send + 'static,
+    C: Codec<T> + Clone,
+{
+    /// Consumes `deliveries` (a lapin consumer) with `handler` until the stream ends or
+    /// `stop` resolves, then lets running handlers finish for the grace
+    /// ([`shutdown_grace`](Self::shutdown_grace)) and reports.
+    ///
+    /// At most [`concurrency`](Self::concurrency) deliveries are handled at once; set the
+    /// channel's prefetch (`basic_qos`) to the same number. After a stop, deliveries the
+    /// broker had sent but that were not taken stay unacknowledged: close the channel (or
+    /// cancel the consumer) and the broker delivers them again.
+    pub async fn run_amqp<H, Fut>(
+        &self,
+        mut deliveries: lapin::Consumer,
+        handler: H,
+        stop: impl Future<Output = ()>,
+    ) -> ConsumeReport
+    where
+        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let slots = Arc::new(Semaphore::new(self.concurrency));
+        let (stopping, stopped) = watch::channel(false);
+        let mut running = JoinSet::new();
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let slot = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                slot = slots.clone().acquire_owned() => slot,
+            };
+            let Ok(slot) = slot else { break };
+            let delivery = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                delivery = deliveries.next() => delivery,
+            };
+            let delivery = match delivery {
+                Some(Ok(delivery)) => delivery,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "the AMQP consumer failed; consuming stops");
+                    break;
+                }
+                None => break,
+            };
+            let this = self.clone();
+            let handler = handler.clone();
+            let stopped = stopped.clone();
+            running.spawn(async move {
+                this.handle_amqp(delivery, &handler, slot, stopped).await;
+            });
+            while running.try_join_next().is_some() {}
+        }
+        // The stop: redeliveries waiting out their delay are handed back now, running
+        // handlers get the grace.
+        let _ = stopping.send(true);
+        let finished = tokio::time::timeout(self.grace, async {
+            while running.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            self.counts.cut(running.len() as u64);
+            running.abort_all();
+        }
+        self.report()
+    }
+
+    async fn handle_amqp<H, Fut>(
+        &self,
+        mut delivery: Delivery,
+        handler: &H,
+        slot: tokio::sync::OwnedSemaphorePermit,
+        mut stopped: watch::Receiver<bool>,
+    ) where
+        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let message = Message {
+            id: delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|id| id.as_str().to_owned()),
+            body: std::mem::take(&mut delivery.data),
+            delivery: delivery_number(&delivery),
+        };
+        let decided = self.decide(message, handler).await;
+        drop(slot);
+        let settled = match decided.disposition {
+            Disposition::Ack => delivery.ack(BasicAckOptions::default()).await,
+            Disposition::Redeliver { after } => {
+                if !*stopped.borrow() {
+                    tokio::select! {
+                        () = tokio::time::sleep(after) => {}
+                        _ = stopped.changed() => {}
+                    }
+                }
+                delivery
+                    .nack(BasicNackOptions {
+                        multiple: false,
+                        requeue: true,
+                    })
+                    .await
+            }
+            Disposition::DeadLetter(reason) => {
+                tracing::warn!(
+                    reason = reason.name(),
+                    delivery_tag = delivery.delivery_tag,
+                    "message dead-lettered"
+                );
+                delivery
+                    .reject(BasicRejectOptions { requeue: false })
+                    .await
+            }
+        };
+        match settled {
+            Ok(_) => self.counts.settled(&decided),
+            Err(error) => {
+                tracing::warn!(%error, "the broker did not take the ack; it will deliver the message again");
+                self.counts.unsettled();
+            }
+        }
+    }
+}
+
+/// Which delivery of its message `delivery` is: one more than the quorum queue's count of
+/// earlier ones, or, without it, 2 if the broker says it was delivered before.
+fn delivery_number(delivery: &Delivery) -> u32 {
+    let counted = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| headers.inner().get(DELIVERY_COUNT_HEADER))
+        .and_then(|value| match value {
+            AMQPValue::ShortShortInt(n) => u32::try_from(*n).ok(),
+            AMQPValue::ShortShortUInt(n) => Some(u32::from(*n)),
+            AMQPValue::ShortInt(n) => u32::try_from(*n).ok(),
+            AMQPValue::ShortUInt(n) => Some(u32::from(*n)),
+            AMQPValue::LongInt(n) => u32::try_from(*n).ok(),
+            AMQPValue::LongUInt(n) => Some(*n),
+            AMQPValue::LongLongInt(n) => u32::try_from(*n).ok(),
+            _ => None,
+        });
+    match counted {
+        Some(earlier) => earlier.saturating_add(1),
+        None if delivery.redelivered => 2,
+        None => 1,
+    }
+}
