@@ -143,9 +143,7 @@ where
                     delivery_tag = delivery.delivery_tag,
                     "message dead-lettered"
                 );
-                delivery
-                    .reject(BasicRejectOptions { requeue: false })
-                    .await
+                delivery.reject(BasicRejectOptions { requeue: false }).await
             }
         };
         match settled {

@@ -252,3 +252,17 @@ fn the_attempt_knows_its_fence_while_its_action_runs() {
     assert_eq!(b.poll(common::at(0)), Step::Run);
     assert_eq!(b.fence(), None);
 }
+
+#[test]
+fn a_counter_remembers_the_last_fence_it_granted_and_a_fence_shows_its_number() {
+    let mut counter = idem_core::FenceCounter::default();
+    assert_eq!(counter.last(), None);
+    let first = counter.next(Timestamp::from_millis(5));
+    assert_eq!(counter.last(), Some(first));
+    let second = counter.next(Timestamp::from_millis(5));
+    assert!(second > first);
+    assert_eq!(counter.last(), Some(second));
+    let fence = Fence::new(42).unwrap();
+    assert_eq!(format!("{fence:?}"), "Fence(42)");
+    assert_eq!(fence.to_string(), "42");
+}
