@@ -56,4 +56,4 @@ mod message;
 pub use call_end::call_end;
 pub use consumer::{ConsumeReport, Consumer};
 pub use idem_core::{CallEnd, DeadLetterReason, Disposition, Redelivery, RedeliveryError};
-pub use message::{KeyFrom, Message};
+pub use message::{KeyFrom, KeyFunction, Message};

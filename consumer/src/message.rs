@@ -18,6 +18,9 @@ pub struct Message {
     pub delivery: u32,
 }
 
+/// A function that finds a message's key: `None` is a message without one.
+pub type KeyFunction = Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>;
+
 /// Where a message's idempotency key comes from.
 #[derive(Clone, Default)]
 pub enum KeyFrom {
@@ -27,7 +30,7 @@ pub enum KeyFrom {
     MessageId,
     /// A function of the message (a header, an order id in the body). `None` is a message
     /// without a key.
-    Function(Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>),
+    Function(KeyFunction),
 }
 
 impl fmt::Debug for KeyFrom {
