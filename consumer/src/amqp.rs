@@ -1,9 +1,9 @@
 //! Consumers of RabbitMQ (AMQP 0.9.1) on lapin: [`Consumer::run_amqp`].
 //!
 //! Each delivery is acknowledged (`basic.ack`) once its message's effect is recorded, handed
-//! back (`basic.nack` with requeue, after the core's delay) when its call recorded nothing,
-//! and rejected without requeue (`basic.reject`, to the queue's dead-letter exchange if it
-//! has one) when it can never succeed.
+//! back (`basic.nack` with requeue, once the core's delay has passed) when its call recorded
+//! nothing, and rejected without requeue (`basic.reject`, to the queue's dead-letter exchange
+//! if it has one) when it can never succeed.
 //!
 //! Which delivery of a message this is comes from the `x-delivery-count` header, which a
 //! quorum queue sets on every redelivery; a classic queue says only whether a message was
@@ -12,19 +12,17 @@
 //! reached: use a quorum queue (or its own `x-delivery-limit`) to bound redeliveries.
 
 use std::future::Future;
-use std::sync::Arc;
 
-use futures::StreamExt;
-use idem::{Claim, Codec, Store};
+use idem::{BoxError, Claim, Codec, Store};
 use idem_core::Disposition;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::AMQPValue;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
 
 use crate::consumer::{ConsumeReport, Consumer};
 use crate::message::Message;
+use crate::run::BrokerDelivery;
 
 /// The header a quorum queue counts a message's earlier deliveries in.
 pub const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
@@ -46,7 +44,7 @@ where
     /// cancel the consumer) and the broker delivers them again.
     pub async fn run_amqp<H, Fut>(
         &self,
-        mut deliveries: lapin::Consumer,
+        deliveries: lapin::Consumer,
         handler: H,
         stop: impl Future<Output = ()>,
     ) -> ConsumeReport
@@ -54,105 +52,54 @@ where
         H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
-        let slots = Arc::new(Semaphore::new(self.concurrency));
-        let (stopping, stopped) = watch::channel(false);
-        let mut running = JoinSet::new();
-        let mut stop = std::pin::pin!(stop);
-        loop {
-            let slot = tokio::select! {
-                biased;
-                () = &mut stop => break,
-                slot = slots.clone().acquire_owned() => slot,
-            };
-            let Ok(slot) = slot else { break };
-            let delivery = tokio::select! {
-                biased;
-                () = &mut stop => break,
-                delivery = deliveries.next() => delivery,
-            };
-            let delivery = match delivery {
-                Some(Ok(delivery)) => delivery,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "the AMQP consumer failed; consuming stops");
-                    break;
-                }
-                None => break,
-            };
-            let this = self.clone();
-            let handler = handler.clone();
-            let stopped = stopped.clone();
-            running.spawn(async move {
-                this.handle_amqp(delivery, &handler, slot, stopped).await;
-            });
-            while running.try_join_next().is_some() {}
-        }
-        // The stop: redeliveries waiting out their delay are handed back now, running
-        // handlers get the grace.
-        let _ = stopping.send(true);
-        let finished = tokio::time::timeout(self.grace, async {
-            while running.join_next().await.is_some() {}
-        })
-        .await;
-        if finished.is_err() {
-            self.counts.cut(running.len() as u64);
-            running.abort_all();
-        }
-        self.report()
+        self.run_deliveries(deliveries, handler, stop).await
     }
+}
 
-    async fn handle_amqp<H, Fut>(
-        &self,
-        mut delivery: Delivery,
-        handler: &H,
-        slot: tokio::sync::OwnedSemaphorePermit,
-        mut stopped: watch::Receiver<bool>,
-    ) where
-        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-    {
-        let message = Message {
-            id: delivery
+impl BrokerDelivery for Delivery {
+    fn take_message(&mut self) -> Message {
+        Message {
+            id: self
                 .properties
                 .message_id()
                 .as_ref()
                 .map(|id| id.as_str().to_owned()),
-            body: std::mem::take(&mut delivery.data),
-            delivery: delivery_number(&delivery),
-        };
-        let decided = self.decide(message, handler).await;
-        drop(slot);
-        let settled = match decided.disposition {
-            Disposition::Ack => delivery.ack(BasicAckOptions::default()).await,
+            body: std::mem::take(&mut self.data),
+            delivery: delivery_number(self),
+        }
+    }
+
+    async fn settle(
+        self,
+        disposition: Disposition,
+        mut stopped: watch::Receiver<bool>,
+    ) -> Result<(), BoxError> {
+        match disposition {
+            Disposition::Ack => self.ack(BasicAckOptions::default()).await?,
             Disposition::Redeliver { after } => {
+                // RabbitMQ redelivers a nacked message at once: the delay is waited out here.
                 if !*stopped.borrow() {
                     tokio::select! {
                         () = tokio::time::sleep(after) => {}
                         _ = stopped.changed() => {}
                     }
                 }
-                delivery
-                    .nack(BasicNackOptions {
-                        multiple: false,
-                        requeue: true,
-                    })
-                    .await
+                self.nack(BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                })
+                .await?
             }
             Disposition::DeadLetter(reason) => {
                 tracing::warn!(
                     reason = reason.name(),
-                    delivery_tag = delivery.delivery_tag,
+                    delivery_tag = self.delivery_tag,
                     "message dead-lettered"
                 );
-                delivery.reject(BasicRejectOptions { requeue: false }).await
+                self.reject(BasicRejectOptions { requeue: false }).await?
             }
         };
-        match settled {
-            Ok(_) => self.counts.settled(&decided),
-            Err(error) => {
-                tracing::warn!(%error, "the broker did not take the ack; it will deliver the message again");
-                self.counts.unsettled();
-            }
-        }
+        Ok(())
     }
 }
 

@@ -17,7 +17,10 @@
 //!   a corrupt record, an earlier delivery that panicked): **dead-lettered** with the reason.
 //!
 //! ```no_run
-//! # async fn run(channel: lapin::Channel) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(
+//! #     channel: lapin::Channel,
+//! #     stop: tokio::sync::oneshot::Receiver<()>,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! use idem::{Coordinator, MemoryStore, Options};
 //! use idem_consumer::{Consumer, Message};
 //!
@@ -39,7 +42,7 @@
 //!             let _ = (claim, message);
 //!             Ok(())
 //!         },
-//!         async { let _ = tokio::signal::ctrl_c().await; },
+//!         async { let _ = stop.await; },
 //!     )
 //!     .await;
 //! println!("{report:?}");
@@ -52,6 +55,9 @@ pub mod amqp;
 mod call_end;
 mod consumer;
 mod message;
+#[cfg(feature = "nats")]
+pub mod nats;
+mod run;
 
 pub use call_end::call_end;
 pub use consumer::{ConsumeReport, Consumer};

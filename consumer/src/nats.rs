@@ -1,0 +1,102 @@
+//! Consumers of NATS JetStream on async-nats: [`Consumer::run_nats`].
+//!
+//! Each message is acknowledged (`+ACK`) once its effect is recorded, negatively acknowledged
+//! with the core's delay (`-NAK` with a delay, which the server keeps) when its call recorded
+//! nothing, and terminated (`+TERM`: never delivered again; the server publishes a
+//! `MSG_TERMINATED` advisory) when it can never succeed. While a handler runs, the message is
+//! kept alive with progress acks (`+WPI`) at the lease's renewal cadence, so the server does
+//! not hand it to another consumer after its `ack_wait` while idem still holds its key: keep
+//! the consumer's `ack_wait` above the coordinator's `renew_every`.
+//!
+//! The key is the `Nats-Msg-Id` header by default. Which delivery of a message this is comes
+//! from the server's own count (the message's `delivered` metadata); a consumer's
+//! `max_deliver` bounds it on the server's side too.
+
+use std::future::Future;
+
+use async_nats::jetstream;
+use async_nats::jetstream::AckKind;
+use idem::{BoxError, Claim, Codec, Store};
+use idem_core::Disposition;
+use tokio::sync::watch;
+
+use crate::consumer::{ConsumeReport, Consumer};
+use crate::message::Message;
+use crate::run::BrokerDelivery;
+
+/// The header a JetStream publisher names a message by.
+pub const MESSAGE_ID_HEADER: &str = "Nats-Msg-Id";
+
+impl<S, T, E, C> Consumer<S, T, E, C>
+where
+    S: Store,
+    T: Send + 'static,
+    E: Send + 'static,
+    C: Codec<T> + Clone,
+{
+    /// Consumes `messages` (a pull consumer's stream, `consumer.messages().await?`) with
+    /// `handler` until the stream ends or `stop` resolves, then lets running handlers finish
+    /// for the grace ([`shutdown_grace`](Self::shutdown_grace)) and reports.
+    ///
+    /// At most [`concurrency`](Self::concurrency) messages are handled at once; match the
+    /// consumer's `max_ack_pending` to it. After a stop, messages the stream had pulled but
+    /// that were not taken are delivered again once their `ack_wait` runs out.
+    pub async fn run_nats<H, Fut>(
+        &self,
+        messages: jetstream::consumer::pull::Stream,
+        handler: H,
+        stop: impl Future<Output = ()>,
+    ) -> ConsumeReport
+    where
+        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        self.run_deliveries(messages, handler, stop).await
+    }
+}
+
+impl BrokerDelivery for jetstream::Message {
+    fn take_message(&mut self) -> Message {
+        let delivery = self
+            .info()
+            .ok()
+            .and_then(|info| u32::try_from(info.delivered).ok())
+            .unwrap_or(1)
+            .max(1);
+        let id = self
+            .message
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
+            .map(|id| id.as_str().to_owned());
+        Message {
+            id,
+            body: std::mem::take(&mut self.message.payload).into(),
+            delivery,
+        }
+    }
+
+    async fn keep_alive(&self) {
+        if let Err(error) = self.ack_with(AckKind::Progress).await {
+            tracing::warn!(%error, "a progress ack was not sent");
+        }
+    }
+
+    async fn settle(
+        self,
+        disposition: Disposition,
+        _stopped: watch::Receiver<bool>,
+    ) -> Result<(), BoxError> {
+        let kind = match disposition {
+            Disposition::Ack => AckKind::Ack,
+            // The server keeps the delay: nothing is held here.
+            Disposition::Redeliver { after } => AckKind::Nak(Some(after)),
+            Disposition::DeadLetter(reason) => {
+                tracing::warn!(reason = reason.name(), "message terminated");
+                AckKind::Term
+            }
+        };
+        self.ack_with(kind).await?;
+        Ok(())
+    }
+}
