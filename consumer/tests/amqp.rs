@@ -5,76 +5,11 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use idem::{Claim, Coordinator, MemoryStore, Options};
-use idem_consumer::{ConsumeReport, Consumer, Message, Redelivery};
-use support::{Queues, eventually};
+use idem::MemoryStore;
+use idem_consumer::{ConsumeReport, Consumer};
+use support::amqp::Queues;
+use support::{Shared, consumer, eventually, handler, quick, runs};
 use tokio::sync::oneshot;
-
-/// What the handler saw, per message id: the deliveries it ran, by their number.
-#[derive(Debug, Default)]
-struct Seen {
-    runs: HashMap<String, Vec<u32>>,
-}
-
-type Shared = Arc<Mutex<Seen>>;
-
-/// A handler that does what the body says: `ok`; `fail-N` (fails its first N runs);
-/// `panic`; `slow` (takes 400 ms). Every run is recorded before it acts.
-fn handler(
-    seen: &Shared,
-) -> impl Fn(Claim, Message) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
-+ Clone
-+ Send
-+ Sync
-+ 'static {
-    let seen = seen.clone();
-    move |_claim: Claim, message: Message| {
-        let seen = seen.clone();
-        Box::pin(async move {
-            let id = message.id.clone().unwrap_or_default();
-            let runs = {
-                let mut seen = seen.lock().unwrap();
-                let runs = seen.runs.entry(id.clone()).or_default();
-                runs.push(message.delivery);
-                runs.len()
-            };
-            let body = String::from_utf8(message.body).unwrap();
-            match body.as_str() {
-                "panic" => panic!("the handler of {id} panicked"),
-                "slow" => tokio::time::sleep(Duration::from_millis(400)).await,
-                fail if fail.starts_with("fail-") => {
-                    let failures: usize = fail["fail-".len()..].parse().unwrap();
-                    if runs <= failures {
-                        return Err(format!("{id} failed its run {runs}"));
-                    }
-                }
-                _ => {}
-            }
-            Ok(format!("done {id}"))
-        })
-    }
-}
-
-fn consumer(redelivery: Redelivery) -> Consumer<MemoryStore, String, String> {
-    let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
-    Consumer::new(coordinator.operation("orders.ship").unwrap())
-        .redelivery(redelivery)
-        .concurrency(8)
-        .shutdown_grace(Duration::from_secs(5))
-}
-
-fn quick(max_deliveries: u32) -> Redelivery {
-    Redelivery::new(
-        max_deliveries,
-        Duration::from_millis(10),
-        Duration::from_millis(50),
-    )
-    .unwrap()
-}
 
 /// Runs `consumer` on the queue until `stop` is sent.
 async fn running(
@@ -95,15 +30,6 @@ async fn running(
             .await
     });
     (stop, task)
-}
-
-fn runs(seen: &Shared, id: &str) -> Vec<u32> {
-    seen.lock()
-        .unwrap()
-        .runs
-        .get(id)
-        .cloned()
-        .unwrap_or_default()
 }
 
 #[tokio::test]

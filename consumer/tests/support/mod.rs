@@ -1,147 +1,101 @@
-//! The machine's RabbitMQ for the consumer tests: each test declares its own quorum queue and
-//! dead-letter queue under unique names, which the broker removes a minute after they were
-//! last used (`x-expires`) if the test did not get to delete them.
+//! What the consumer tests share: the brokers, and a handler that does what a message's body
+//! says and records every run.
 
 #![allow(dead_code)]
 
-use std::sync::atomic::{AtomicU32, Ordering};
+pub mod amqp;
+pub mod nats;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
-};
-use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use idem::{Claim, Coordinator, MemoryStore, Options};
+use idem_consumer::{Consumer, Message, Redelivery};
 
-/// Where the tests find RabbitMQ: `IDEM_AMQP_URL`, or the machine's service.
-pub fn amqp_url() -> String {
-    std::env::var("IDEM_AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+/// What the handler saw, per message id: the deliveries it ran, by their number.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub runs: HashMap<String, Vec<u32>>,
 }
 
-/// A queue of this test's own on the broker, with a dead-letter queue beside it.
-pub struct Queues {
-    pub connection: Connection,
-    pub channel: Channel,
-    pub queue: String,
-    pub dead: String,
+pub type Shared = Arc<Mutex<Seen>>;
+
+/// A handler that does what the body says: `ok`; `fail-N` (fails its first N runs);
+/// `panic`; `slow` (takes 400 ms); `slow-MS`. Every run is recorded before it acts.
+pub fn handler(
+    seen: &Shared,
+) -> impl Fn(Claim, Message) -> std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    let seen = seen.clone();
+    move |_claim: Claim, message: Message| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            let id = message.id.clone().unwrap_or_default();
+            let runs = {
+                let mut seen = seen.lock().unwrap();
+                let runs = seen.runs.entry(id.clone()).or_default();
+                runs.push(message.delivery);
+                runs.len()
+            };
+            let body = String::from_utf8(message.body).unwrap();
+            match body.as_str() {
+                "panic" => panic!("the handler of {id} panicked"),
+                "slow" => tokio::time::sleep(Duration::from_millis(400)).await,
+                slow if slow.starts_with("slow-") => {
+                    let ms: u64 = slow["slow-".len()..].parse().unwrap();
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+                fail if fail.starts_with("fail-") => {
+                    let failures: usize = fail["fail-".len()..].parse().unwrap();
+                    if runs <= failures {
+                        return Err(format!("{id} failed its run {runs}"));
+                    }
+                }
+                _ => {}
+            }
+            Ok(format!("done {id}"))
+        })
+    }
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
+pub fn runs(seen: &Shared, id: &str) -> Vec<u32> {
+    seen.lock()
+        .unwrap()
+        .runs
+        .get(id)
+        .cloned()
+        .unwrap_or_default()
+}
 
-impl Queues {
-    pub async fn declare(test: &str) -> Self {
-        let url = amqp_url();
-        let connection = Connection::connect(&url, ConnectionProperties::default())
-            .await
-            .unwrap_or_else(|error| {
-                panic!("RabbitMQ does not answer at {url} ({error}): these tests need it")
-            });
-        let channel = connection.create_channel().await.unwrap();
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .unwrap();
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let queue = format!("idem-test-{test}-{}-{n}", std::process::id());
-        let dead = format!("{queue}-dead");
-        let durable = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        let mut expires = FieldTable::default();
-        expires.insert("x-expires".into(), AMQPValue::LongInt(60_000));
-        channel
-            .queue_declare(dead.clone().into(), durable, expires.clone())
-            .await
-            .unwrap();
-        let mut arguments = expires;
-        arguments.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString("quorum".into()),
-        );
-        arguments.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString("".into()),
-        );
-        arguments.insert(
-            "x-dead-letter-routing-key".into(),
-            AMQPValue::LongString(dead.clone().into()),
-        );
-        channel
-            .queue_declare(queue.clone().into(), durable, arguments)
-            .await
-            .unwrap();
-        Self {
-            connection,
-            channel,
-            queue,
-            dead,
-        }
-    }
+/// A consumer of `orders.ship` on a `MemoryStore`: 8 handlers, 5 s of grace.
+pub fn consumer(redelivery: Redelivery) -> Consumer<MemoryStore, String, String> {
+    consumer_with(Options::default(), redelivery)
+}
 
-    /// Publishes `body` with message id `id` (none if `None`), confirmed by the broker.
-    pub async fn publish(&self, id: Option<&str>, body: &str) {
-        let mut properties = BasicProperties::default();
-        if let Some(id) = id {
-            properties = properties.with_message_id(ShortString::from(id));
-        }
-        self.channel
-            .basic_publish(
-                "".into(),
-                self.queue.clone().into(),
-                BasicPublishOptions::default(),
-                body.as_bytes(),
-                properties,
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+/// As [`consumer`], with the coordinator's `options`.
+pub fn consumer_with(
+    options: Options,
+    redelivery: Redelivery,
+) -> Consumer<MemoryStore, String, String> {
+    let coordinator = Coordinator::new(MemoryStore::new(), options);
+    Consumer::new(coordinator.operation("orders.ship").unwrap())
+        .redelivery(redelivery)
+        .concurrency(8)
+        .shutdown_grace(Duration::from_secs(5))
+}
 
-    /// A consumer of the queue on a channel of its own, with a prefetch of `window`.
-    pub async fn consume(&self, window: u16) -> (Channel, lapin::Consumer) {
-        let channel = self.connection.create_channel().await.unwrap();
-        channel
-            .basic_qos(window, BasicQosOptions::default())
-            .await
-            .unwrap();
-        let consumer = channel
-            .basic_consume(
-                self.queue.clone().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        (channel, consumer)
-    }
-
-    /// How many messages a queue holds (ready, not delivered).
-    pub async fn count(&self, queue: &str) -> u32 {
-        let passive = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        self.channel
-            .queue_declare(queue.to_owned().into(), passive, FieldTable::default())
-            .await
-            .unwrap()
-            .message_count()
-    }
-
-    pub async fn delete(self) {
-        for queue in [&self.queue, &self.dead] {
-            let _ = self
-                .channel
-                .queue_delete(queue.clone().into(), QueueDeleteOptions::default())
-                .await;
-        }
-        let _ = self.connection.close(200, "done".into()).await;
-    }
+/// Redeliveries 10 ms to 50 ms apart.
+pub fn quick(max_deliveries: u32) -> Redelivery {
+    Redelivery::new(
+        max_deliveries,
+        Duration::from_millis(10),
+        Duration::from_millis(50),
+    )
+    .unwrap()
 }
 
 /// Waits until `done` holds, for at most 20 s.

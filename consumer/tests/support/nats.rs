@@ -1,0 +1,95 @@
+//! The machine's NATS with JetStream for the consumer tests: each test makes its own stream
+//! and durable pull consumer under unique names, and deletes the stream after.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream};
+
+/// Where the tests find NATS: `IDEM_NATS_URL`, or the machine's service.
+pub fn nats_url() -> String {
+    std::env::var("IDEM_NATS_URL").unwrap_or_else(|_| "127.0.0.1:4222".to_owned())
+}
+
+pub struct Stream {
+    pub js: jetstream::Context,
+    pub stream: stream::Stream,
+    pub name: String,
+    pub subject: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Stream {
+    /// A stream of this test's own. `duplicate_window` is the server's own deduplication of
+    /// publishes by `Nats-Msg-Id`: a short one lets a second publish through, as a producer's
+    /// retry after the window would.
+    pub async fn create(test: &str, duplicate_window: Duration) -> Self {
+        let url = nats_url();
+        let client = async_nats::connect(&url).await.unwrap_or_else(|error| {
+            panic!("NATS does not answer at {url} ({error}): these tests need it")
+        });
+        let js = jetstream::new(client);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("idem-test-{test}-{}-{n}", std::process::id());
+        let subject = format!("idem.test.{test}.{}.{n}", std::process::id());
+        let stream = js
+            .create_stream(stream::Config {
+                name: name.clone(),
+                subjects: vec![subject.clone()],
+                duplicate_window,
+                max_age: Duration::from_secs(600),
+                ..stream::Config::default()
+            })
+            .await
+            .unwrap_or_else(|error| panic!("JetStream refused the stream {name}: {error}"));
+        Self {
+            js,
+            stream,
+            name,
+            subject,
+        }
+    }
+
+    /// Publishes `body` with `Nats-Msg-Id` `id` (none if `None`), acknowledged by the server.
+    pub async fn publish(&self, id: Option<&str>, body: &str) {
+        let mut headers = HeaderMap::new();
+        if let Some(id) = id {
+            headers.insert("Nats-Msg-Id", id);
+        }
+        self.js
+            .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    /// A durable pull consumer of the stream and its messages.
+    pub async fn consume(
+        &self,
+        ack_wait: Duration,
+        max_deliver: i64,
+        window: i64,
+    ) -> (consumer::PullConsumer, consumer::pull::Stream) {
+        let consumer: consumer::PullConsumer = self
+            .stream
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some("idem".to_owned()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_deliver,
+                max_ack_pending: window,
+                ..consumer::pull::Config::default()
+            })
+            .await
+            .unwrap();
+        let messages = consumer.messages().await.unwrap();
+        (consumer, messages)
+    }
+
+    pub async fn delete(self) {
+        let _ = self.js.delete_stream(&self.name).await;
+    }
+}
