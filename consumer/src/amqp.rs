@@ -13,14 +13,14 @@
 
 use std::future::Future;
 
-use idem::{BoxError, Claim, Codec, Store};
+use idem::{BoxError, Claim, Codec, Store, TransactionalStore};
 use idem_core::Disposition;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::AMQPValue;
 use tokio::sync::watch;
 
-use crate::consumer::{ConsumeReport, Consumer};
+use crate::consumer::{ConsumeReport, Consumer, InTransaction, Plain};
 use crate::message::Message;
 use crate::run::BrokerDelivery;
 
@@ -52,7 +52,30 @@ where
         H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
-        self.run_deliveries(deliveries, handler, stop).await
+        self.run_deliveries(deliveries, Plain(handler), stop).await
+    }
+
+    /// As [`run_amqp`](Self::run_amqp), for a handler whose effect is writes in the store's own
+    /// database: each delivery's handler gets a transaction of the store's (begun only for a
+    /// delivery whose action runs) and hands it back with its value, and the writes commit
+    /// together with the record, or not at all (MODEL.md `T1`): a redelivery after a lost
+    /// lease, a crash between commit and ack, or a duplicate writes nothing twice. A
+    /// transaction that cannot be begun is the handler's failure (`E::from`): nothing was
+    /// written, and the message is delivered again.
+    pub async fn run_amqp_in_transaction<H, Fut>(
+        &self,
+        deliveries: lapin::Consumer,
+        handler: H,
+        stop: impl Future<Output = ()>,
+    ) -> ConsumeReport
+    where
+        S: TransactionalStore,
+        E: From<BoxError>,
+        H: Fn(Claim, Message, S::Transaction) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<(T, S::Transaction), E>> + Send + 'static,
+    {
+        self.run_deliveries(deliveries, InTransaction(handler), stop)
+            .await
     }
 }
 

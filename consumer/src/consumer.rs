@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use idem::{Claim, Codec, Json, OperationHandle, Store};
-use idem_core::{CallEnd, DeadLetterReason, Disposition, Redelivery};
+use idem::{
+    Answer, BoxError, Claim, Codec, Error, Json, OperationHandle, Store, TransactionalStore,
+};
+use idem_core::{CallEnd, DeadLetterReason, Disposition, Fingerprint, Redelivery};
 
 use crate::call_end::{call_end, executed};
 use crate::message::{KeyFrom, Message};
@@ -201,26 +203,21 @@ where
         self.counts.report()
     }
 
-    /// The call of `message` under its key, and what to tell the broker.
+    /// The call of `message` under its key, made by `calls`, and what to tell the broker.
     ///
     /// A message without a key never runs. The action is the driver's detached call, so a
     /// stop or a dropped delivery never cuts an action that started; a panic in it is an
     /// unknown outcome (rule 11): recorded so, and dead-lettered, never run again.
-    pub(crate) async fn decide<H, Fut>(&self, message: Message, handler: &H) -> Decided
-    where
-        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-    {
+    pub(crate) async fn decide<R: Calls<S, T, E, C>>(
+        &self,
+        message: Message,
+        calls: &R,
+    ) -> Decided {
         let delivery = message.delivery;
         let (end, ran) = match self.key_from.key(&message) {
             Err(reason) => (CallEnd::Refused(reason), false),
             Ok((key, fingerprint)) => {
-                let handler = handler.clone();
-                let call = self
-                    .operation
-                    .execute_with_provenance(key, fingerprint, move |claim| {
-                        handler(claim, message)
-                    });
+                let call = calls.call(&self.operation, key, fingerprint, message);
                 match AssertUnwindSafe(call).catch_unwind().await {
                     Ok(result) => (call_end(&result), executed(&result)),
                     Err(_panic) => (CallEnd::Refused(DeadLetterReason::OutcomeUnknown), true),
@@ -235,5 +232,75 @@ where
             disposition,
             executed: ran,
         }
+    }
+}
+
+/// How a delivery's message becomes a call of the operation: the handler run as the action
+/// ([`Plain`]), or in a transaction of the store's database that the record's complete joins
+/// ([`InTransaction`]).
+pub(crate) trait Calls<S, T, E, C>: Clone + Send + Sync + 'static {
+    fn call(
+        &self,
+        operation: &OperationHandle<S, T, E, C>,
+        key: String,
+        fingerprint: Fingerprint,
+        message: Message,
+    ) -> impl Future<Output = Result<Answer<T>, Error<E>>> + Send;
+}
+
+/// A handler run as the call's action.
+#[derive(Clone)]
+pub(crate) struct Plain<H>(pub(crate) H);
+
+impl<S, T, E, C, H, Fut> Calls<S, T, E, C> for Plain<H>
+where
+    S: Store,
+    T: Send + 'static,
+    E: Send + 'static,
+    C: Codec<T> + Clone,
+    H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+{
+    fn call(
+        &self,
+        operation: &OperationHandle<S, T, E, C>,
+        key: String,
+        fingerprint: Fingerprint,
+        message: Message,
+    ) -> impl Future<Output = Result<Answer<T>, Error<E>>> + Send {
+        let handler = self.0.clone();
+        operation.execute_with_provenance(key, fingerprint, move |claim| handler(claim, message))
+    }
+}
+
+/// A handler that writes in a transaction of the store's own database, begun for it and
+/// handed back with its value: its writes commit with the record, or not at all (`T1`).
+#[derive(Clone)]
+pub(crate) struct InTransaction<H>(pub(crate) H);
+
+impl<S, T, E, C, H, Fut> Calls<S, T, E, C> for InTransaction<H>
+where
+    S: TransactionalStore,
+    T: Send + 'static,
+    E: From<BoxError> + Send + 'static,
+    C: Codec<T> + Clone,
+    H: Fn(Claim, Message, S::Transaction) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<(T, S::Transaction), E>> + Send + 'static,
+{
+    fn call(
+        &self,
+        operation: &OperationHandle<S, T, E, C>,
+        key: String,
+        fingerprint: Fingerprint,
+        message: Message,
+    ) -> impl Future<Output = Result<Answer<T>, Error<E>>> + Send {
+        let handler = self.0.clone();
+        let store = operation.coordinator().store().clone();
+        operation.execute_in_transaction(key, fingerprint, move |claim| async move {
+            // A transaction that cannot be begun is the action's failure: nothing was
+            // written, the key is released, and the message is delivered again.
+            let transaction = store.begin().await.map_err(E::from)?;
+            handler(claim, message, transaction).await
+        })
     }
 }

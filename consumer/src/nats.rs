@@ -16,11 +16,11 @@ use std::future::Future;
 
 use async_nats::jetstream;
 use async_nats::jetstream::AckKind;
-use idem::{BoxError, Claim, Codec, Store};
+use idem::{BoxError, Claim, Codec, Store, TransactionalStore};
 use idem_core::Disposition;
 use tokio::sync::watch;
 
-use crate::consumer::{ConsumeReport, Consumer};
+use crate::consumer::{ConsumeReport, Consumer, InTransaction, Plain};
 use crate::message::Message;
 use crate::run::BrokerDelivery;
 
@@ -51,7 +51,30 @@ where
         H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
-        self.run_deliveries(messages, handler, stop).await
+        self.run_deliveries(messages, Plain(handler), stop).await
+    }
+
+    /// As [`run_nats`](Self::run_nats), for a handler whose effect is writes in the store's own
+    /// database: each delivery's handler gets a transaction of the store's (begun only for a
+    /// delivery whose action runs) and hands it back with its value, and the writes commit
+    /// together with the record, or not at all (MODEL.md `T1`): a redelivery after a lost
+    /// lease, a crash between commit and ack, or a duplicate writes nothing twice. A
+    /// transaction that cannot be begun is the handler's failure (`E::from`): nothing was
+    /// written, and the message is delivered again.
+    pub async fn run_nats_in_transaction<H, Fut>(
+        &self,
+        messages: jetstream::consumer::pull::Stream,
+        handler: H,
+        stop: impl Future<Output = ()>,
+    ) -> ConsumeReport
+    where
+        S: TransactionalStore,
+        E: From<BoxError>,
+        H: Fn(Claim, Message, S::Transaction) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<(T, S::Transaction), E>> + Send + 'static,
+    {
+        self.run_deliveries(messages, InTransaction(handler), stop)
+            .await
     }
 }
 

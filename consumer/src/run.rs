@@ -6,12 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use idem::{BoxError, Claim, Codec, Store};
+use idem::{BoxError, Codec, Store};
 use idem_core::Disposition;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::consumer::{ConsumeReport, Consumer};
+use crate::consumer::{Calls, ConsumeReport, Consumer};
 use crate::message::Message;
 
 /// One delivery as a broker hands it over, and how the broker is told about it.
@@ -43,17 +43,16 @@ where
     C: Codec<T> + Clone,
 {
     /// The loop over `deliveries` until it ends or `stop` resolves, then the grace.
-    pub(crate) async fn run_deliveries<D, Er, H, Fut>(
+    pub(crate) async fn run_deliveries<D, Er, R>(
         &self,
         deliveries: impl Stream<Item = Result<D, Er>>,
-        handler: H,
+        calls: R,
         stop: impl Future<Output = ()>,
     ) -> ConsumeReport
     where
         D: BrokerDelivery,
         Er: std::fmt::Display,
-        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        R: Calls<S, T, E, C>,
     {
         let slots = Arc::new(Semaphore::new(self.concurrency));
         let (stopping, stopped) = watch::channel(false);
@@ -81,10 +80,10 @@ where
                 None => break,
             };
             let this = self.clone();
-            let handler = handler.clone();
+            let calls = calls.clone();
             let stopped = stopped.clone();
             running.spawn(async move {
-                this.handle(delivery, &handler, slot, stopped).await;
+                this.handle(delivery, &calls, slot, stopped).await;
             });
             while running.try_join_next().is_some() {}
         }
@@ -102,23 +101,19 @@ where
         self.report()
     }
 
-    async fn handle<D, H, Fut>(
+    async fn handle<D: BrokerDelivery, R: Calls<S, T, E, C>>(
         &self,
         mut delivery: D,
-        handler: &H,
+        calls: &R,
         slot: OwnedSemaphorePermit,
         stopped: watch::Receiver<bool>,
-    ) where
-        D: BrokerDelivery,
-        H: Fn(Claim, Message) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-    {
+    ) {
         let message = delivery.take_message();
         // While the call runs, the delivery is kept alive at the lease's renewal cadence: as
         // long as idem holds the key for this delivery, the broker holds the message for it.
         let every = self.operation.coordinator().options().renew_every();
         let decided = {
-            let call = self.decide(message, handler);
+            let call = self.decide(message, calls);
             let mut call = std::pin::pin!(call);
             loop {
                 tokio::select! {
