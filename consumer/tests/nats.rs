@@ -42,10 +42,7 @@ async fn running(
 
 /// What the server says is left: messages not yet delivered, and delivered but unacknowledged.
 async fn left(stream: &Stream) -> (u64, usize) {
-    let mut pull: async_nats::jetstream::consumer::PullConsumer =
-        stream.stream.get_consumer("idem").await.unwrap();
-    let info = pull.info().await.unwrap();
-    (info.num_pending, info.num_ack_pending)
+    stream.left("idem").await
 }
 
 #[tokio::test]

@@ -73,10 +73,23 @@ impl Stream {
         max_deliver: i64,
         window: i64,
     ) -> (consumer::PullConsumer, consumer::pull::Stream) {
-        let consumer: consumer::PullConsumer = self
-            .stream
+        let consumer = self.durable("idem", ack_wait, max_deliver, window).await;
+        let messages = consumer.messages().await.unwrap();
+        (consumer, messages)
+    }
+
+    /// Creates the durable pull consumer `name` of the stream: explicit acks, `ack_wait`,
+    /// `max_deliver` (-1: no limit), at most `window` messages unacknowledged.
+    pub async fn durable(
+        &self,
+        name: &str,
+        ack_wait: Duration,
+        max_deliver: i64,
+        window: i64,
+    ) -> consumer::PullConsumer {
+        self.stream
             .create_consumer(consumer::pull::Config {
-                durable_name: Some("idem".to_owned()),
+                durable_name: Some(name.to_owned()),
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait,
                 max_deliver,
@@ -84,9 +97,15 @@ impl Stream {
                 ..consumer::pull::Config::default()
             })
             .await
-            .unwrap();
-        let messages = consumer.messages().await.unwrap();
-        (consumer, messages)
+            .unwrap()
+    }
+
+    /// What the durable consumer `name` has left: not yet delivered, and delivered but not
+    /// acknowledged.
+    pub async fn left(&self, name: &str) -> (u64, usize) {
+        let mut pull: consumer::PullConsumer = self.stream.get_consumer(name).await.unwrap();
+        let info = pull.info().await.unwrap();
+        (info.num_pending, info.num_ack_pending)
     }
 
     pub async fn delete(self) {

@@ -88,6 +88,11 @@ impl ExampleProcess {
         process
     }
 
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its next line of output, waited for at most `within`.
     pub fn line(&self, within: Duration) -> String {
         self.lines
