@@ -241,6 +241,8 @@ async fn main() -> Result<(), BoxError> {
         let mut rates: Vec<[f64; 5]> = Vec::new();
         for round in 0..args.rounds {
             let mut rate = [0.0; 5];
+            let mut cpu = [0.0; 5];
+            let mut redis_cpu = 0.0;
             for (i, phase) in PHASES.into_iter().enumerate() {
                 let ids: Vec<String> = (0..args.messages)
                     .map(|n| {
@@ -252,10 +254,21 @@ async fn main() -> Result<(), BoxError> {
                     })
                     .collect();
                 let source = Source::fill(broker, &ids).await?;
+                let (own, server) = (own_cpu(), redis_cpu_of(&args.redis).await);
                 let elapsed = consume(&args, &stores, &source, phase).await?;
+                let per_message = |seconds: f64| seconds * 1e6 / args.messages as f64;
+                cpu[i] = per_message(own_cpu() - own);
+                if phase == Phase::Idem {
+                    redis_cpu = per_message(redis_cpu_of(&args.redis).await - server);
+                }
                 source.delete().await;
                 rate[i] = args.messages as f64 / elapsed.as_secs_f64();
             }
+            println!(
+                "{broker:?} round {round}: CPU per message (µs): consumer bare {:.1}, memory \
+                 {:.1}, idem {:.1} + Redis server {redis_cpu:.1}, tx_bare {:.1}, tx_idem {:.1}",
+                cpu[0], cpu[1], cpu[2], cpu[3], cpu[4]
+            );
             println!(
                 "{broker:?} round {round}: bare {:.0}/s, memory {:.0}/s ({:.2}), idem {:.0}/s \
                  ({:.2}), tx_bare {:.0}/s, tx_idem {:.0}/s ({:.2})",
@@ -286,6 +299,48 @@ async fn main() -> Result<(), BoxError> {
     drop(stores);
     drop(db);
     Ok(())
+}
+
+/// This process's CPU time so far, in seconds (user and system, from `/proc/self/stat`;
+/// 0 where there is none).
+fn own_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command's closing parenthesis: utime and stime are the 12th and
+    // 13th, in clock ticks (100 per second on Linux).
+    let Some((_, fields)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = fields
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    ticks.iter().sum::<f64>() / 100.0
+}
+
+/// The Redis server's CPU time so far, in seconds (`INFO cpu`; 0 if it does not answer).
+async fn redis_cpu_of(url: &str) -> f64 {
+    let Ok(client) = redis::Client::open(url) else {
+        return 0.0;
+    };
+    let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
+        return 0.0;
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut connection)
+        .await
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_sys" | "used_cpu_user")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
 }
 
 /// Consumes every message of `source` in `phase`; how long it took.

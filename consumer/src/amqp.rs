@@ -13,13 +13,14 @@
 
 use std::future::Future;
 
-use idem::{BoxError, Claim, Codec, Store, TransactionalStore};
+use idem::{BoxError, Claim, Codec, Ending, Store, TransactionalStore};
 use idem_core::Disposition;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use lapin::types::AMQPValue;
 use tokio::sync::watch;
 
+use crate::batch::{BatchError, Batched};
 use crate::consumer::{ConsumeReport, Consumer, InTransaction, Plain};
 use crate::message::Message;
 use crate::run::BrokerDelivery;
@@ -76,6 +77,31 @@ where
     {
         self.run_deliveries(deliveries, InTransaction(handler), stop)
             .await
+    }
+
+    /// As [`run_amqp`](Self::run_amqp), with a handler of batches: the messages whose actions run
+    /// together (up to [`concurrency`](Self::concurrency), gathered for at most
+    /// [`batch_wait`](Self::batch_wait)) go to one call of `handler`, which returns one outcome
+    /// per message in their order (`Result<T, E>`, or an [`Ending`] where a failure's effect
+    /// may have begun). Each message is recorded and settled on its own: the successes are
+    /// acknowledged, the failures delivered again (a partial batch failure), duplicates never
+    /// reach a batch. A message the handler returned no outcome for, and every message of a
+    /// batch whose handler panicked, is recorded as unknown and dead-lettered, never run
+    /// again (rule 11).
+    pub async fn run_amqp_batches<H, Fut, R>(
+        &self,
+        deliveries: lapin::Consumer,
+        handler: H,
+        stop: impl Future<Output = ()>,
+    ) -> ConsumeReport
+    where
+        E: From<BatchError>,
+        H: Fn(Vec<(Claim, Message)>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Vec<R>> + Send + 'static,
+        R: Into<Ending<T, E>> + Send + 'static,
+    {
+        let batched = Batched::new(handler, self.concurrency, self.batch_wait);
+        self.run_deliveries(deliveries, batched, stop).await
     }
 }
 

@@ -28,6 +28,7 @@ pub struct Consumer<S, T, E, C = Json> {
     pub(crate) key_from: KeyFrom,
     pub(crate) concurrency: usize,
     pub(crate) grace: Duration,
+    pub(crate) batch_wait: Duration,
     pub(crate) counts: Arc<Counts>,
 }
 
@@ -39,6 +40,7 @@ impl<S, T, E, C: Clone> Clone for Consumer<S, T, E, C> {
             key_from: self.key_from.clone(),
             concurrency: self.concurrency,
             grace: self.grace,
+            batch_wait: self.batch_wait,
             counts: self.counts.clone(),
         }
     }
@@ -52,6 +54,7 @@ impl<S, T, E, C> std::fmt::Debug for Consumer<S, T, E, C> {
             .field("key_from", &self.key_from)
             .field("concurrency", &self.concurrency)
             .field("grace", &self.grace)
+            .field("batch_wait", &self.batch_wait)
             .finish()
     }
 }
@@ -157,7 +160,8 @@ where
     C: Codec<T> + Clone,
 {
     /// A consumer of `operation`'s messages: keyed by message id, the default
-    /// [`Redelivery`], 16 handlers at a time, 30 s of grace at a stop.
+    /// [`Redelivery`], 16 handlers at a time, 30 s of grace at a stop, batches (when run
+    /// with a batch handler) gathered for at most 20 ms.
     pub fn new(operation: OperationHandle<S, T, E, C>) -> Self {
         Self {
             operation,
@@ -165,6 +169,7 @@ where
             key_from: KeyFrom::default(),
             concurrency: 16,
             grace: Duration::from_secs(30),
+            batch_wait: Duration::from_millis(20),
             counts: Arc::default(),
         }
     }
@@ -188,6 +193,17 @@ where
     #[must_use]
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers.max(1);
+        self
+    }
+
+    /// How long a batch waits for more messages after its first, when run with a batch
+    /// handler ([`run_amqp_batches`](Self::run_amqp_batches),
+    /// [`run_nats_batches`](Self::run_nats_batches)). A batch closes sooner once it holds
+    /// [`concurrency`](Self::concurrency) messages. Its first message's lease runs meanwhile:
+    /// keep it well under the lease.
+    #[must_use]
+    pub fn batch_wait(mut self, wait: Duration) -> Self {
+        self.batch_wait = wait;
         self
     }
 

@@ -52,6 +52,7 @@
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
+mod batch;
 mod call_end;
 mod consumer;
 mod message;
@@ -59,6 +60,7 @@ mod message;
 pub mod nats;
 mod run;
 
+pub use batch::BatchError;
 pub use call_end::call_end;
 pub use consumer::{ConsumeReport, Consumer};
 pub use idem_core::{CallEnd, DeadLetterReason, Disposition, Redelivery, RedeliveryError};
