@@ -16,6 +16,10 @@
 //! - the message can never succeed (no key, an invalid key, the key reused for another body,
 //!   a corrupt record, an earlier delivery that panicked): **dead-lettered** with the reason.
 //!
+//! A handler can take one message at a time (`run_amqp`, `run_nats`), write in the store's
+//! own database with the record (`run_amqp_in_transaction`, `run_nats_in_transaction`), or
+//! take batches with an outcome per message (`run_amqp_batches`, `run_nats_batches`).
+//!
 //! ```no_run
 //! # async fn run(
 //! #     channel: lapin::Channel,
