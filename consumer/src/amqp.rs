@@ -115,6 +115,7 @@ impl BrokerDelivery for Delivery {
                 .map(|id| id.as_str().to_owned()),
             body: std::mem::take(&mut self.data),
             delivery: delivery_number(self),
+            headers: text_headers(self),
         }
     }
 
@@ -154,6 +155,38 @@ impl BrokerDelivery for Delivery {
 
 /// Which delivery of its message `delivery` is: one more than the quorum queue's count of
 /// earlier ones, or, without it, 2 if the broker says it was delivered before.
+/// The delivery's headers whose values read as text: strings as they are (bytes not UTF-8
+/// replaced), numbers, booleans and timestamps in decimal; tables, arrays, byte arrays,
+/// decimals, floats and voids left out.
+fn text_headers(delivery: &Delivery) -> Vec<(String, String)> {
+    let Some(headers) = delivery.properties.headers().as_ref() else {
+        return Vec::new();
+    };
+    headers
+        .inner()
+        .iter()
+        .filter_map(|(name, value)| {
+            let text = match value {
+                AMQPValue::LongString(text) => {
+                    String::from_utf8_lossy(text.as_bytes()).into_owned()
+                }
+                AMQPValue::ShortString(text) => text.as_str().to_owned(),
+                AMQPValue::Boolean(b) => b.to_string(),
+                AMQPValue::ShortShortInt(n) => n.to_string(),
+                AMQPValue::ShortShortUInt(n) => n.to_string(),
+                AMQPValue::ShortInt(n) => n.to_string(),
+                AMQPValue::ShortUInt(n) => n.to_string(),
+                AMQPValue::LongInt(n) => n.to_string(),
+                AMQPValue::LongUInt(n) => n.to_string(),
+                AMQPValue::LongLongInt(n) => n.to_string(),
+                AMQPValue::Timestamp(n) => n.to_string(),
+                _ => return None,
+            };
+            Some((name.as_str().to_owned(), text))
+        })
+        .collect()
+}
+
 fn delivery_number(delivery: &Delivery) -> u32 {
     let counted = delivery
         .properties

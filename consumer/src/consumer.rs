@@ -29,6 +29,7 @@ pub struct Consumer<S, T, E, C = Json> {
     pub(crate) concurrency: usize,
     pub(crate) grace: Duration,
     pub(crate) batch_wait: Duration,
+    pub(crate) fingerprint_headers: Arc<[String]>,
     pub(crate) counts: Arc<Counts>,
 }
 
@@ -41,6 +42,7 @@ impl<S, T, E, C: Clone> Clone for Consumer<S, T, E, C> {
             concurrency: self.concurrency,
             grace: self.grace,
             batch_wait: self.batch_wait,
+            fingerprint_headers: self.fingerprint_headers.clone(),
             counts: self.counts.clone(),
         }
     }
@@ -55,6 +57,7 @@ impl<S, T, E, C> std::fmt::Debug for Consumer<S, T, E, C> {
             .field("concurrency", &self.concurrency)
             .field("grace", &self.grace)
             .field("batch_wait", &self.batch_wait)
+            .field("fingerprint_headers", &self.fingerprint_headers)
             .finish()
     }
 }
@@ -170,6 +173,7 @@ where
             concurrency: 16,
             grace: Duration::from_secs(30),
             batch_wait: Duration::from_millis(20),
+            fingerprint_headers: Arc::new([]),
             counts: Arc::default(),
         }
     }
@@ -193,6 +197,21 @@ where
     #[must_use]
     pub fn concurrency(mut self, handlers: usize) -> Self {
         self.concurrency = handlers.max(1);
+        self
+    }
+
+    /// Headers whose values belong to the message's fingerprint beside its body (none by
+    /// default): a message that reuses a key with another value of one of them is key reuse
+    /// (`I4`), dead-lettered `key-reuse`. Name what the effect depends on (an amount, a
+    /// currency, a tenant), not what changes on every publish (a timestamp, a trace id).
+    /// See [`Message::fingerprint`].
+    #[must_use]
+    pub fn fingerprint_headers<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.fingerprint_headers = names.into_iter().map(Into::into).collect();
         self
     }
 
@@ -230,9 +249,10 @@ where
         calls: &R,
     ) -> Decided {
         let delivery = message.delivery;
-        let (end, ran) = match self.key_from.key(&message) {
+        let (end, ran) = match self.key_from.key_of(&message) {
             Err(reason) => (CallEnd::Refused(reason), false),
-            Ok((key, fingerprint)) => {
+            Ok(key) => {
+                let fingerprint = message.fingerprint(&self.fingerprint_headers);
                 let call = calls.call(&self.operation, key, fingerprint, message);
                 match AssertUnwindSafe(call).catch_unwind().await {
                     Ok(result) => (call_end(&result), executed(&result)),

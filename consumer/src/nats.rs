@@ -118,10 +118,22 @@ impl BrokerDelivery for jetstream::Message {
             .as_ref()
             .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
             .map(|id| id.as_str().to_owned());
+        let headers = self
+            .message
+            .headers
+            .iter()
+            .flat_map(|headers| headers.iter())
+            .flat_map(|(name, values)| {
+                values
+                    .iter()
+                    .map(move |value| (name.to_string(), value.as_str().to_owned()))
+            })
+            .collect();
         Message {
             id,
             body: std::mem::take(&mut self.message.payload).into(),
             delivery,
+            headers,
         }
     }
 

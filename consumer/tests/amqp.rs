@@ -191,3 +191,37 @@ async fn a_stop_lets_running_handlers_finish_and_acknowledge() {
     assert_eq!(queues.count(&queues.queue).await, 0);
     queues.delete().await;
 }
+
+#[tokio::test]
+async fn a_chosen_header_with_another_value_is_key_reuse_and_the_same_value_a_replay() {
+    let queues = Queues::declare("headers").await;
+    let seen = Shared::default();
+    let consumer = consumer(quick(5)).fingerprint_headers(["amount"]);
+    let (stop, task) = running(&queues, &consumer, &seen).await;
+    queues
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "100"), ("trace", "a")])
+        .await;
+    eventually("the first run", async || consumer.report().executed == 1).await;
+    // The same amount with another trace: a replay. Another amount: key reuse.
+    queues
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "100"), ("trace", "b")])
+        .await;
+    queues
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "200"), ("trace", "c")])
+        .await;
+    eventually("the replay and the refusal", async || {
+        let report = consumer.report();
+        report.replayed == 1 && report.dead_lettered_total() == 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    let report = task.await.unwrap();
+    assert_eq!(runs(&seen, "pay-1").len(), 1);
+    assert_eq!(
+        report.dead_lettered.get("key-reuse"),
+        Some(&1),
+        "{report:?}"
+    );
+    assert_eq!(queues.count(&queues.dead).await, 1);
+    queues.delete().await;
+}

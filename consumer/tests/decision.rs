@@ -12,6 +12,58 @@ fn message(id: Option<&str>, body: &[u8]) -> Message {
         id: id.map(str::to_owned),
         body: body.to_vec(),
         delivery: 1,
+        headers: Vec::new(),
+    }
+}
+
+fn with_headers(body: &[u8], headers: &[(&str, &str)]) -> Message {
+    Message {
+        headers: headers
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect(),
+        ..message(Some("m-1"), body)
+    }
+}
+
+#[test]
+fn chosen_headers_join_the_body_in_the_fingerprint_and_others_do_not() {
+    let chosen = ["amount".to_owned(), "currency".to_owned()];
+    let base = with_headers(
+        b"ship",
+        &[("amount", "100"), ("currency", "EUR"), ("trace", "a")],
+    );
+    let fingerprint = base.fingerprint(&chosen);
+    // Without chosen headers the fingerprint is the body's, as before headers were chosen.
+    assert_eq!(base.fingerprint(&[]), Fingerprint::of_bytes(b"ship"));
+    assert_ne!(fingerprint, base.fingerprint(&[]));
+    // A header not chosen changes nothing, nor does the order of headers or of names.
+    let retraced = with_headers(
+        b"ship",
+        &[("trace", "b"), ("currency", "EUR"), ("amount", "100")],
+    );
+    assert_eq!(retraced.fingerprint(&chosen), fingerprint);
+    let reversed = ["currency".to_owned(), "amount".to_owned()];
+    assert_eq!(base.fingerprint(&reversed), fingerprint);
+    // A chosen header's other value, its absence, an empty value, a second value, and another
+    // body are all other fingerprints, each unlike the rest.
+    let others = [
+        with_headers(b"ship", &[("amount", "101"), ("currency", "EUR")]),
+        with_headers(b"ship", &[("currency", "EUR")]),
+        with_headers(b"ship", &[("amount", ""), ("currency", "EUR")]),
+        with_headers(
+            b"ship",
+            &[("amount", "100"), ("amount", "100"), ("currency", "EUR")],
+        ),
+        with_headers(b"ship!", &[("amount", "100"), ("currency", "EUR")]),
+        // The value's bytes moved between the body and a header.
+        with_headers(b"ship1", &[("amount", "00"), ("currency", "EUR")]),
+    ];
+    let mut seen = vec![fingerprint];
+    for other in &others {
+        let print = other.fingerprint(&chosen);
+        assert!(!seen.contains(&print), "{other:?}");
+        seen.push(print);
     }
 }
 

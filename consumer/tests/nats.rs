@@ -156,3 +156,39 @@ async fn a_handler_past_the_ack_wait_keeps_its_message_with_progress_acks() {
     eventually("nothing left", async || left(&stream).await == (0, 0)).await;
     stream.delete().await;
 }
+
+#[tokio::test]
+async fn a_chosen_header_with_another_value_is_key_reuse_and_the_same_value_a_replay() {
+    let stream = Stream::create("headers", Duration::from_millis(100)).await;
+    let seen = Shared::default();
+    let consumer = consumer(quick(5)).fingerprint_headers(["amount"]);
+    let (stop, task) = running(&stream, &consumer, &seen, Duration::from_secs(5), -1).await;
+    stream
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "100"), ("trace", "a")])
+        .await;
+    eventually("the first run", async || consumer.report().executed == 1).await;
+    // Past the server's duplicate window, the same amount with another trace: a replay;
+    // another amount: key reuse.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stream
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "100"), ("trace", "b")])
+        .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stream
+        .publish_with_headers(Some("pay-1"), "ok", &[("amount", "200"), ("trace", "c")])
+        .await;
+    eventually("the replay and the refusal", async || {
+        let report = consumer.report();
+        report.replayed == 1 && report.dead_lettered_total() == 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    let report = task.await.unwrap();
+    assert_eq!(runs(&seen, "pay-1").len(), 1);
+    assert_eq!(
+        report.dead_lettered.get("key-reuse"),
+        Some(&1),
+        "{report:?}"
+    );
+    stream.delete().await;
+}

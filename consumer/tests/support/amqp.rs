@@ -80,9 +80,26 @@ impl Queues {
 
     /// Publishes `body` with message id `id` (none if `None`), confirmed by the broker.
     pub async fn publish(&self, id: Option<&str>, body: &str) {
+        self.publish_with_headers(id, body, &[]).await;
+    }
+
+    /// As [`publish`](Self::publish), with string `headers`.
+    pub async fn publish_with_headers(
+        &self,
+        id: Option<&str>,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) {
         let mut properties = BasicProperties::default();
         if let Some(id) = id {
             properties = properties.with_message_id(ShortString::from(id));
+        }
+        if !headers.is_empty() {
+            let mut table = FieldTable::default();
+            for (name, value) in headers {
+                table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+            }
+            properties = properties.with_headers(table);
         }
         self.channel
             .basic_publish(

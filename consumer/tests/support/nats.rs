@@ -54,9 +54,17 @@ impl Stream {
 
     /// Publishes `body` with `Nats-Msg-Id` `id` (none if `None`), acknowledged by the server.
     pub async fn publish(&self, id: Option<&str>, body: &str) {
+        self.publish_with_headers(id, body, &[]).await;
+    }
+
+    /// As [`publish`](Self::publish), with `headers` beside the id.
+    pub async fn publish_with_headers(&self, id: Option<&str>, body: &str, more: &[(&str, &str)]) {
         let mut headers = HeaderMap::new();
         if let Some(id) = id {
             headers.insert("Nats-Msg-Id", id);
+        }
+        for (name, value) in more {
+            headers.insert(*name, *value);
         }
         self.js
             .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
