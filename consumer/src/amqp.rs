@@ -143,6 +143,11 @@ impl BrokerDelivery for Delivery {
             Disposition::DeadLetter(reason) => {
                 tracing::warn!(
                     reason = reason.name(),
+                    message_id = self
+                        .properties
+                        .message_id()
+                        .as_ref()
+                        .map_or("", |id| id.as_str()),
                     delivery_tag = self.delivery_tag,
                     "message dead-lettered"
                 );

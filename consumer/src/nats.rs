@@ -153,7 +153,18 @@ impl BrokerDelivery for jetstream::Message {
             // The server keeps the delay: nothing is held here.
             Disposition::Redeliver { after } => AckKind::Nak(Some(after)),
             Disposition::DeadLetter(reason) => {
-                tracing::warn!(reason = reason.name(), "message terminated");
+                let id = self
+                    .message
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
+                    .map(|id| id.as_str().to_owned());
+                tracing::warn!(
+                    reason = reason.name(),
+                    message_id = id.as_deref().unwrap_or(""),
+                    subject = %self.message.subject,
+                    "message terminated"
+                );
                 AckKind::Term
             }
         };
