@@ -165,6 +165,9 @@ where
     /// A consumer of `operation`'s messages: keyed by message id, the default
     /// [`Redelivery`], 16 handlers at a time, 30 s of grace at a stop, batches (when run
     /// with a batch handler) gathered for at most 20 ms.
+    ///
+    /// Keys are scoped by the operation's name, and by its tenant if it has one: a consumer
+    /// of one tenant's messages takes `operation.for_tenant(tenant)?`.
     pub fn new(operation: OperationHandle<S, T, E, C>) -> Self {
         Self {
             operation,
