@@ -62,7 +62,7 @@ struct Args {
     /// Deliveries handled at once (the prefetch, and JetStream's `max_ack_pending`).
     #[arg(long, default_value_t = 64)]
     concurrency: u16,
-    /// Rounds of the four phases.
+    /// Rounds of the phases.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// The Redis server for the `idem` phase.
@@ -71,6 +71,9 @@ struct Args {
     /// The PostgreSQL server on which the run makes (and drops) a database of its own.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     postgres: String,
+    /// Only this broker (`amqp` or `nats`); both by default.
+    #[arg(long, value_parser = ["amqp", "nats"])]
+    broker: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +241,14 @@ async fn main() -> Result<(), BoxError> {
         args.messages, args.concurrency, args.rounds
     );
     for broker in [Broker::Amqp, Broker::Nats] {
+        let name = if broker == Broker::Amqp {
+            "amqp"
+        } else {
+            "nats"
+        };
+        if args.broker.as_deref().is_some_and(|only| only != name) {
+            continue;
+        }
         let mut rates: Vec<[f64; 5]> = Vec::new();
         for round in 0..args.rounds {
             let mut rate = [0.0; 5];
