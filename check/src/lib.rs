@@ -50,7 +50,8 @@ pub mod tally;
 pub mod variant;
 
 pub use history::{
-    ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, Received, Story,
+    ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, MessageSpec, Received,
+    Story,
 };
 pub use judge::{Cause, CauseCounts, Counterexample, Rule, Verdict, Violation, check_run, judge};
 pub use statement::{Charge, Provider, Statement};
