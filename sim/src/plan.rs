@@ -201,8 +201,9 @@ pub struct MessagePlan {
     /// How long the broker waits for a delivery's ack (or nak) before it delivers the
     /// message again, ms.
     pub ack_wait: u64,
-    /// Chance (per mille) that an ack is lost on its way to the broker.
-    pub ack_lost: u64,
+    /// For each delivery, in order, whether its ack (if it sends one) is lost on its way
+    /// to the broker; past the end, none is.
+    pub acks_lost: Vec<bool>,
     /// The consumer's clock, in ms ahead of simulated time.
     pub clock_offset: u64,
     /// The handler of each delivery, in order; deliveries past the end run a plain
@@ -550,11 +551,13 @@ fn random_messages(
         )
         .map_err(PlanError::Redelivery)?;
         let mut actions = Vec::with_capacity(3);
+        let mut acks_lost = Vec::with_capacity(3);
         for _ in 0..3 {
             actions.push(ActionPlan {
                 caller_gone: None,
                 ..random_action(rng, faults, lease)
             });
+            acks_lost.push(rng.chance(100));
         }
         messages.push(MessagePlan {
             publish,
@@ -564,7 +567,7 @@ fn random_messages(
             options,
             redelivery,
             ack_wait: rng.between(500, 6_000),
-            ack_lost: 100,
+            acks_lost,
             clock_offset: CALLER_EPOCH + rng.between(0, 2 * skew) - skew,
             actions,
         });

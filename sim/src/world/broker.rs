@@ -144,8 +144,12 @@ impl World<'_> {
             return;
         };
         let delivery = self.workers[worker].try_no;
-        let lost =
-            disposition == Disposition::Ack && self.rng.chance(self.plan.messages[m].ack_lost);
+        let lost = disposition == Disposition::Ack
+            && self.plan.messages[m]
+                .acks_lost
+                .get(delivery as usize - 1)
+                .copied()
+                .unwrap_or(false);
         self.note(worker, EventKind::Disposed { disposition, lost });
         match disposition {
             Disposition::Ack => {

@@ -215,7 +215,7 @@ impl<'p> World<'p> {
                 out,
                 "  m{m}: at {}ms key {} publication {} clock +{}ms, {:?} {:?}, lease {:?}, \
                  wait {:?}, store retries {}, reply timeout {:?}, {:?}, ack-wait {}ms, \
-                 ack lost {}/1000",
+                 acks lost {:?}",
                 message.publish,
                 message.slot,
                 message.copy + 1,
@@ -228,7 +228,7 @@ impl<'p> World<'p> {
                 options.reply_timeout(),
                 message.redelivery,
                 message.ack_wait,
-                message.ack_lost
+                message.acks_lost
             );
         }
     }
