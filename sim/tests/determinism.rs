@@ -14,6 +14,10 @@ fn one_seed_gives_one_trace_byte_for_byte() {
             "seed {seed}: a trace too short to compare"
         );
         assert_eq!(a.as_bytes(), b.as_bytes(), "seed {seed}");
+        // The broker is on by default: its deliveries and dispositions are in the run.
+        assert!(first.deliveries > 0, "seed {seed}");
+        assert!(a.contains("broker delivers m0"), "seed {seed}");
+        assert!(a.contains("tells the broker"), "seed {seed}");
         assert_eq!(first.charges(), second.charges());
         assert_eq!(first.history, second.history);
         assert_eq!(first.responses, second.responses);

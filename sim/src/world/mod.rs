@@ -383,7 +383,7 @@ mod tests {
         let mut rng = SimRng::new(4);
         let plan = Plan::random(&mut rng, Shape::default()).unwrap();
         let mut world = World::new(&plan, Variant::Correct, rng.clone(), false);
-        world.budget = 20;
+        world.budget = 60;
         let report = world.run();
         let stuck = report
             .violations
