@@ -75,6 +75,10 @@ pub struct Summary {
     pub messages: u64,
     /// Deliveries of them.
     pub deliveries: u64,
+    /// Effects under messages' keys.
+    pub message_effects: u64,
+    /// Of those, the writes committed with the record.
+    pub transactional_message_effects: u64,
     /// Acks the consumers sent, lost ones included.
     pub acks: u64,
     /// Of those, acks lost on their way to the broker.
@@ -116,6 +120,8 @@ impl Summary {
         self.stale_at_provider += report.stale_at_provider;
         self.messages += report.messages;
         self.deliveries += report.deliveries;
+        self.message_effects += report.message_effects;
+        self.transactional_message_effects += report.transactional_message_effects;
         self.acks += report.acks;
         self.acks_lost += report.acks_lost;
         self.redeliveries += report.redeliveries;
@@ -247,7 +253,9 @@ impl fmt::Display for Summary {
         }
         writeln!(
             f,
-            "extra effects of messages: {}, transactional: {}",
+            "effects of messages: {} (transactional: {}), extra: {}, transactional extra: {}",
+            self.message_effects,
+            self.transactional_message_effects,
             self.extra_messages.total(),
             self.extra_transactional_messages.total()
         )?;

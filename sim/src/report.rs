@@ -128,6 +128,10 @@ pub struct RunReport {
     pub messages: u64,
     /// Deliveries of them (each a consumer's call).
     pub deliveries: u64,
+    /// Effects under messages' keys (charges, and writes committed with the record).
+    pub message_effects: u64,
+    /// Of those, the writes committed with the record.
+    pub transactional_message_effects: u64,
     /// Acks the consumers sent, lost ones included.
     pub acks: u64,
     /// Of those, acks lost on their way to the broker.

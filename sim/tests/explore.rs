@@ -75,6 +75,9 @@ fn the_broker_delivers_at_least_once_and_every_message_settles() {
             "{reason:?}\n{summary}"
         );
     }
+    assert!(summary.message_effects > summary.transactional_message_effects);
+    assert!(summary.transactional_message_effects > 0, "{summary}");
+    assert!(summary.effects > summary.message_effects, "{summary}");
     assert!(summary.extra_messages.total() > 0, "{summary}");
     assert!(summary.extra_messages.total() <= summary.extra.total());
     for cause in [Cause::FailOpen, Cause::LeaseExpired, Cause::HolderCrashed] {

@@ -352,6 +352,14 @@ impl<'p> World<'p> {
     /// End of run: the judge reads the run's history; what it found, and the cause of every
     /// extra effect, go into the report.
     fn finish(mut self) -> RunReport {
+        for line in self.history.statement.lines() {
+            if self.plan.messages.iter().any(|m| m.slot == line.key) {
+                self.report.message_effects += 1;
+                if self.plan.slots[line.key].transactional {
+                    self.report.transactional_message_effects += 1;
+                }
+            }
+        }
         let verdict = idem_check::judge(&self.history);
         for violation in &verdict.violations {
             trace!(self, "VIOLATION {violation}");
