@@ -99,6 +99,22 @@ fn the_broker_delivers_at_least_once_and_every_message_settles() {
             .get(Cause::RetentionExpired),
         "{summary}"
     );
+    // The broker alone, every other fault off: lost acks, duplicate publishes and
+    // ack-waits still deliver messages again, and each message key has one effect.
+    let alone = Config {
+        shape: Shape {
+            faults: Faults::none().with(FaultKind::Broker),
+            ..Shape::default()
+        },
+        ..Config::default()
+    };
+    let summary = explore(0, 300, &alone, |_| {}).unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(summary.deliveries > summary.messages, "{summary}");
+    assert!(summary.acks_lost > 0, "{summary}");
+    assert_eq!(summary.message_effects, 2 * summary.runs, "{summary}");
+    assert_eq!(summary.extra.total(), 0, "{summary}");
+    assert_eq!(summary.dead_letters.total(), 0, "{summary}");
     // Without the broker, no message.
     let off = Config {
         shape: Shape {
