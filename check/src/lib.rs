@@ -5,8 +5,9 @@
 //! - [`history`]: what happened in one run, in one vocabulary: store steps (the record
 //!   before and after, and the reply or the corrupt or unapplied answer) on the store's
 //!   clock, what each attempt sent and received, the action (run, charge, end), crashes,
-//!   pauses, abandonments and settlements, the attempt machine's view of its lease, and
-//!   every outcome; printable as a story.
+//!   pauses, abandonments and settlements, the attempt machine's view of its lease, every
+//!   outcome, and a broker's deliveries and a consumer's dispositions of them; printable as
+//!   a story.
 //! - [`statement`]: the card statement, the provider's own count of the effects, and the
 //!   one-effect check on it.
 //! - [`judge`](mod@judge): the judge of every invariant and rule of MODEL.md over a
@@ -50,7 +51,8 @@ pub mod tally;
 pub mod variant;
 
 pub use history::{
-    ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, Received, Story,
+    ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, MessageSpec, Received,
+    Story,
 };
 pub use judge::{Cause, CauseCounts, Counterexample, Rule, Verdict, Violation, check_run, judge};
 pub use statement::{Charge, Provider, Statement};

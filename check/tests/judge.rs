@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use idem_check::{
-    ActionEnd, Answer, AttemptSpec, Cause, EventKind, History, KeySpec, Provider, Received, Rule,
-    judge,
+    ActionEnd, Answer, AttemptSpec, Cause, EventKind, History, KeySpec, MessageSpec, Provider,
+    Received, Rule, judge,
 };
 use idem_core::record::{Command, Completion, Record, Refusal, Reply, Reservation, StoredResult};
 use idem_core::{
-    Abandonment, Body, DownstreamKey, Execution, Fence, Fingerprint, Key, Operation, Outcome,
-    OwnerToken, Protection, Recording, Timestamp,
+    Abandonment, Body, DeadLetterReason, Disposition, DownstreamKey, Execution, Fence, Fingerprint,
+    Key, Operation, Outcome, OwnerToken, Protection, Recording, Timestamp,
 };
 
 const A: usize = 0;
@@ -1463,4 +1463,151 @@ fn f1_a_takeover_under_its_predecessors_fence_is_caught() {
         // The provider cannot tell the stale holder from its successor: the late write lands.
         assert_eq!(verdict.stale_at_provider, 1, "fence {b}");
     }
+}
+
+impl Story {
+    /// A message on key 0, published once: attempts deliver it from here on.
+    fn message() -> Self {
+        let mut story = Story::new();
+        story.0.add_message(MessageSpec {
+            label: "m0".into(),
+            key: 0,
+        });
+        story
+    }
+
+    /// `who` runs delivery `n` of message m0.
+    fn delivers(self, at: u64, who: usize, n: u32) -> Self {
+        self.event(
+            at,
+            who,
+            EventKind::Delivered {
+                message: 0,
+                delivery: n,
+            },
+        )
+    }
+
+    /// The consumer tells the broker `disposition` for `who`'s delivery, and it arrives.
+    fn disposes(self, at: u64, who: usize, disposition: Disposition) -> Self {
+        self.event(
+            at,
+            who,
+            EventKind::Disposed {
+                disposition,
+                lost: false,
+            },
+        )
+    }
+}
+
+/// `C1`: acknowledged once the complete is applied, or as a replay, passes; acknowledged
+/// when the action returned, before its complete, breaks the rule.
+#[test]
+fn a_delivery_acknowledged_before_its_record_breaks_c1() {
+    Story::message()
+        .delivers(0, A, 1)
+        .executes(0, A, None, "ch_1")
+        .disposes(21, A, Disposition::Ack)
+        .delivers(30, B, 2)
+        .replayed(30, B, completed(A, "ch_1"), value("ch_1"))
+        .disposes(31, B, Disposition::Ack)
+        .passes();
+    Story::message()
+        .delivers(0, A, 1)
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(15, A, ActionEnd::Succeeded)
+        .disposes(15, A, Disposition::Ack)
+        .store(
+            20,
+            A,
+            complete(A, "ch_1"),
+            pending(A, 1_000),
+            Reply::Completed(Completion::InTime),
+            completed(A, "ch_1"),
+        )
+        .finish(20, A, executed(false))
+        .breaks(Rule::AckAfterRecord);
+}
+
+/// `C1`: an execution whose complete's outcome is unknown is acknowledged (its effect
+/// happened); a failure acknowledged is a message whose effect never happened.
+#[test]
+fn an_acknowledged_failure_breaks_c1_and_an_unknown_complete_does_not() {
+    Story::message()
+        .delivers(0, A, 1)
+        .granted(0, A, None)
+        .run(5, A)
+        .charge(10, A)
+        .ended(15, A, ActionEnd::Succeeded)
+        .finish(
+            300,
+            A,
+            Outcome::Executed(Execution {
+                protection: Protection::Reserved,
+                record: Recording::Unknown,
+                lease_lost: false,
+            }),
+        )
+        .disposes(300, A, Disposition::Ack)
+        .passes();
+    let verdict = judge(
+        &Story::message()
+            .delivers(0, A, 1)
+            .granted(0, A, None)
+            .run(5, A)
+            .ended(15, A, ActionEnd::Failed)
+            .store(20, A, release(A), pending(A, 1_000), Reply::Released, None)
+            .finish(20, A, Outcome::ActionFailed { released: true })
+            .disposes(20, A, Disposition::Ack)
+            .0,
+    );
+    let c1: Vec<_> = verdict
+        .violations
+        .iter()
+        .filter(|v| v.rule == Rule::AckAfterRecord)
+        .collect();
+    assert_eq!(c1.len(), 2, "{:?}", verdict.violations);
+    assert!(c1[1].detail.contains("never happened"), "{c1:?}");
+}
+
+/// Liveness: a message the broker still holds at the end, its last delivery handed back
+/// or its ack lost, is reported; dead-lettered, it is settled.
+#[test]
+fn a_message_neither_acknowledged_nor_dead_lettered_is_reported() {
+    let failed = || {
+        Story::message()
+            .delivers(0, A, 1)
+            .granted(0, A, None)
+            .run(5, A)
+            .ended(15, A, ActionEnd::Failed)
+            .store(20, A, release(A), pending(A, 1_000), Reply::Released, None)
+            .finish(20, A, Outcome::ActionFailed { released: true })
+    };
+    failed()
+        .disposes(
+            20,
+            A,
+            Disposition::Redeliver {
+                after: Duration::from_millis(100),
+            },
+        )
+        .breaks(Rule::Liveness);
+    failed()
+        .disposes(20, A, Disposition::DeadLetter(DeadLetterReason::Exhausted))
+        .passes();
+    Story::message()
+        .delivers(0, A, 1)
+        .executes(0, A, None, "ch_1")
+        .event(
+            21,
+            A,
+            EventKind::Disposed {
+                disposition: Disposition::Ack,
+                lost: true,
+            },
+        )
+        .breaks(Rule::Liveness);
 }

@@ -273,8 +273,15 @@ fn the_driver_variants_are_the_drivers() {
             Variant::PanicReleases,
             Variant::CorruptFailsOpen,
             Variant::AbsentCommitRolledBack,
-            Variant::DownstreamKeyPerAttempt
+            Variant::DownstreamKeyPerAttempt,
+            Variant::AckBeforeRecord
         ]
+    );
+    assert!(Variant::AckBeforeRecord.acks_before_record());
+    assert!(
+        Variant::ALL
+            .iter()
+            .all(|v| v.acks_before_record() == (*v == Variant::AckBeforeRecord))
     );
     assert!(Variant::ReleaseOnAbandon.releases_on_abandon());
     assert!(Variant::PanicReleases.feeds_panic_as_failure());

@@ -17,6 +17,8 @@
 use std::time::Duration;
 
 use crate::attempt::backoff::{self, SplitMix64};
+use crate::attempt::{Abandonment, Outcome};
+use crate::record::StoredResult;
 
 /// How a delivery's call ended, as a consumer classifies the driver's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -34,6 +36,42 @@ pub enum CallEnd {
     InProgress,
     /// The message can never succeed as it is delivered.
     Refused(DeadLetterReason),
+}
+
+impl CallEnd {
+    /// How a delivery's call ended, from the attempt machine's own [`Outcome`]: for a
+    /// consumer that drives the attempt itself (the simulation does) rather than through the
+    /// driver, whose answer `idem_consumer::call_end` classifies the same way.
+    ///
+    /// An execution is recorded, whatever became of its complete: its effect happened, and
+    /// delivering it again would run it again (a complete refused after a lapsed lease, or
+    /// a run that failed open, is `I7`'s to report, not the broker's to repeat). A replay of
+    /// a result, or of a result not stored, is recorded; a replay of a panic, or a panic
+    /// now, is refused as "outcome unknown" (rule 11). A call that ran nothing to a record
+    /// (a failure, the store down under `FailClosed`, a rollback, a commit whose outcome is
+    /// unknown, an abandoned call) is retryable: the record decides the next delivery.
+    pub fn of_outcome(outcome: &Outcome) -> CallEnd {
+        match outcome {
+            Outcome::Executed(_) => CallEnd::Recorded,
+            Outcome::Replayed {
+                result: StoredResult::Value(_) | StoredResult::NotStored,
+            } => CallEnd::Recorded,
+            Outcome::Replayed {
+                result: StoredResult::Panicked,
+            }
+            | Outcome::Panicked(_) => CallEnd::Refused(DeadLetterReason::OutcomeUnknown),
+            Outcome::InProgress => CallEnd::InProgress,
+            Outcome::KeyReuse { .. } => CallEnd::Refused(DeadLetterReason::KeyReuse),
+            Outcome::CorruptRecord => CallEnd::Refused(DeadLetterReason::CorruptRecord),
+            Outcome::ActionFailed { .. }
+            | Outcome::StoreUnavailable
+            | Outcome::RolledBack { .. }
+            | Outcome::CommitUnknown
+            | Outcome::Abandoned(
+                Abandonment::Settled | Abandonment::LeftToLease | Abandonment::ActionDropped,
+            ) => CallEnd::Retryable,
+        }
+    }
 }
 
 /// Why a message was dead-lettered.

@@ -139,3 +139,78 @@ fn a_policy_that_delivers_nothing_or_shrinks_its_delays_is_refused() {
     ));
     assert_eq!(Redelivery::default().max_deliveries(), 5);
 }
+
+/// The attempt's own outcome, classified as the consumer classifies the driver's answer:
+/// every execution and every replay of a result is recorded (acknowledged), a panic now or
+/// replayed is refused as outcome unknown, and a call that recorded nothing is retryable.
+#[test]
+fn an_attempts_outcome_classifies_as_the_driver_answer_would() {
+    use idem_core::{
+        Abandonment, Body, Execution, Fingerprint, Outcome, Protection, Recording, StoredResult,
+    };
+    let execution = |protection, record, lease_lost| Execution {
+        protection,
+        record,
+        lease_lost,
+    };
+    for executed in [
+        execution(Protection::Reserved, Recording::Stored, false),
+        execution(Protection::Reserved, Recording::StoredWithoutBody, false),
+        execution(Protection::Reserved, Recording::Unknown, false),
+        execution(Protection::Reserved, Recording::Stored, true),
+        execution(Protection::FailedOpen, Recording::Unknown, false),
+    ] {
+        assert_eq!(
+            CallEnd::of_outcome(&Outcome::Executed(executed)),
+            CallEnd::Recorded
+        );
+        assert_eq!(
+            CallEnd::of_outcome(&Outcome::Panicked(executed)),
+            CallEnd::Refused(DeadLetterReason::OutcomeUnknown)
+        );
+    }
+    let replay = |result| Outcome::Replayed { result };
+    assert_eq!(
+        CallEnd::of_outcome(&replay(StoredResult::Value(Body::new(b"ch_1".as_slice())))),
+        CallEnd::Recorded
+    );
+    assert_eq!(
+        CallEnd::of_outcome(&replay(StoredResult::NotStored)),
+        CallEnd::Recorded
+    );
+    assert_eq!(
+        CallEnd::of_outcome(&replay(StoredResult::Panicked)),
+        CallEnd::Refused(DeadLetterReason::OutcomeUnknown)
+    );
+    assert_eq!(
+        CallEnd::of_outcome(&Outcome::InProgress),
+        CallEnd::InProgress
+    );
+    let (a, b) = (Fingerprint::of_bytes(b"a"), Fingerprint::of_bytes(b"b"));
+    assert_eq!(
+        CallEnd::of_outcome(&Outcome::KeyReuse {
+            stored: a,
+            given: b
+        }),
+        CallEnd::Refused(DeadLetterReason::KeyReuse)
+    );
+    assert_eq!(
+        CallEnd::of_outcome(&Outcome::CorruptRecord),
+        CallEnd::Refused(DeadLetterReason::CorruptRecord)
+    );
+    for nothing_recorded in [
+        Outcome::ActionFailed { released: true },
+        Outcome::StoreUnavailable,
+        Outcome::RolledBack { released: false },
+        Outcome::CommitUnknown,
+        Outcome::Abandoned(Abandonment::Settled),
+        Outcome::Abandoned(Abandonment::LeftToLease),
+        Outcome::Abandoned(Abandonment::ActionDropped),
+    ] {
+        assert_eq!(
+            CallEnd::of_outcome(&nothing_recorded),
+            CallEnd::Retryable,
+            "{nothing_recorded:?}"
+        );
+    }
+}

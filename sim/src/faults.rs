@@ -40,11 +40,17 @@ pub enum FaultKind {
     /// Keys whose actions are transactional: their effect commits with the record, or rolls
     /// back (not a fault: the mode every fault above then meets).
     Transactional,
+    /// A broker (MODEL.md `C1`): some keys are messages, each published one to three times,
+    /// delivered at least once to consumers that run every delivery as a call under the
+    /// message's key and tell the broker what the core's decision says; acks lost on their
+    /// way, ack-waits that run out under a slow or crashed consumer (a second delivery while
+    /// the first still runs), redelivery delays honoured.
+    Broker,
 }
 
 impl FaultKind {
     /// Every kind, in the order the flags are listed.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Network,
         FaultKind::Outage,
         FaultKind::Crash,
@@ -59,6 +65,7 @@ impl FaultKind {
         FaultKind::Panic,
         FaultKind::Corrupt,
         FaultKind::Transactional,
+        FaultKind::Broker,
     ];
 
     /// The name used on the command line.
@@ -78,6 +85,7 @@ impl FaultKind {
             FaultKind::Panic => "panic",
             FaultKind::Corrupt => "corrupt",
             FaultKind::Transactional => "transactional",
+            FaultKind::Broker => "broker",
         }
     }
 
@@ -272,11 +280,29 @@ pub enum Exercised {
     TransactionPanicked,
     /// An attached transactional action was dropped mid-run: its writes went with it.
     TransactionDropped,
+    /// A message was published more than once (a producer's retry): two messages, one key.
+    DuplicatePublish,
+    /// A delivery was acknowledged as a replay: its message's effect was recorded by an
+    /// earlier delivery (of it, or of a duplicate publish).
+    AckedReplay,
+    /// A consumer's ack was lost on its way to the broker.
+    AckLost,
+    /// The broker delivered a message again after its ack-wait, the earlier delivery
+    /// unacknowledged (its consumer crashed, or its ack was lost).
+    AckWaitRedelivery,
+    /// The broker delivered a message again after its ack-wait while the earlier delivery
+    /// still ran (a slow handler): the two never ran the action side by side.
+    AckWaitWhileRunning,
+    /// A consumer asked for a message to be delivered again after a delay (its call
+    /// recorded nothing, or another delivery held the key).
+    Redelivered,
+    /// A consumer dead-lettered a message.
+    DeadLettered,
 }
 
 impl Exercised {
     /// Every class, in the order the summary prints them.
-    pub const ALL: [Exercised; 48] = [
+    pub const ALL: [Exercised; 55] = [
         Exercised::ClientRetry,
         Exercised::DetachedCallerGone,
         Exercised::AbandonMidReserve,
@@ -325,6 +351,13 @@ impl Exercised {
         Exercised::TransactionCrashed,
         Exercised::TransactionPanicked,
         Exercised::TransactionDropped,
+        Exercised::DuplicatePublish,
+        Exercised::AckedReplay,
+        Exercised::AckLost,
+        Exercised::AckWaitRedelivery,
+        Exercised::AckWaitWhileRunning,
+        Exercised::Redelivered,
+        Exercised::DeadLettered,
     ];
 
     /// The class's name in summaries.
@@ -378,6 +411,13 @@ impl Exercised {
             Exercised::TransactionCrashed => "transaction-crashed",
             Exercised::TransactionPanicked => "transaction-panicked",
             Exercised::TransactionDropped => "transaction-dropped",
+            Exercised::DuplicatePublish => "duplicate-publish",
+            Exercised::AckedReplay => "acked-replay",
+            Exercised::AckLost => "ack-lost",
+            Exercised::AckWaitRedelivery => "ack-wait-redelivery",
+            Exercised::AckWaitWhileRunning => "ack-wait-while-running",
+            Exercised::Redelivered => "redelivered",
+            Exercised::DeadLettered => "dead-lettered",
         }
     }
 }

@@ -56,9 +56,9 @@ pub use idem_check::{
     Cause, CauseCounts, Charge, Class, Provider, Rule, Tally, UnknownName, Variant, Violation,
 };
 pub use plan::{
-    ActionPlan, CallerGone, ClientPlan, NetworkPlan, Outage, OutageKind, Plan, PlanError, Shape,
-    Slot, Stage,
+    ActionPlan, CallerGone, ClientPlan, MessagePlan, NetworkPlan, Outage, OutageKind, Plan,
+    PlanError, Shape, Slot, Stage,
 };
-pub use report::{Response, RunReport};
+pub use report::{DeadLetters, Response, RunReport};
 pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};

@@ -5,7 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use idem_core::{
-    Fingerprint, InFlightPolicy, Key, Operation, Options, OptionsError, StoreFailurePolicy,
+    Fingerprint, InFlightPolicy, Key, Operation, Options, OptionsError, Redelivery,
+    RedeliveryError, StoreFailurePolicy,
 };
 
 use crate::faults::{FaultKind, Faults};
@@ -179,6 +180,38 @@ pub struct ClientPlan {
     pub actions: Vec<ActionPlan>,
 }
 
+/// One message a broker holds (MODEL.md `C1`): a publication, delivered to consumers until
+/// one acknowledges it or dead-letters it. A message published twice (a producer's retry) is
+/// two of these with one slot and one body.
+#[derive(Debug, Clone)]
+pub struct MessagePlan {
+    /// When it reaches the broker and is first delivered, in simulated ms.
+    pub publish: u64,
+    /// Which publication of its message this is (0 for the first; more are duplicates).
+    pub copy: u32,
+    /// Which [`Slot`] its key is: its message id.
+    pub slot: usize,
+    /// Its body's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// The options each delivery's call runs with.
+    pub options: Options,
+    /// The consumer's redelivery policy: its deliveries, and its delays (the core's
+    /// `Redelivery::dispose`).
+    pub redelivery: Redelivery,
+    /// How long the broker waits for a delivery's ack (or nak) before it delivers the
+    /// message again, ms.
+    pub ack_wait: u64,
+    /// For each delivery, in order, whether its ack (if it sends one) is lost on its way
+    /// to the broker; past the end, none is.
+    pub acks_lost: Vec<bool>,
+    /// The consumer's clock, in ms ahead of simulated time.
+    pub clock_offset: u64,
+    /// The handler of each delivery, in order; deliveries past the end run a plain
+    /// handler (50 ms, one charge), so that a consumer that crashes on every delivery is
+    /// not drawn.
+    pub actions: Vec<ActionPlan>,
+}
+
 /// The network between callers and the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetworkPlan {
@@ -223,6 +256,8 @@ pub struct Plan {
     pub slots: Vec<Slot>,
     /// The clients.
     pub clients: Vec<ClientPlan>,
+    /// The messages a broker holds (none without the broker).
+    pub messages: Vec<MessagePlan>,
     /// The network.
     pub network: NetworkPlan,
     /// Windows of simulated ms in which the store refuses, or swallows, every command.
@@ -241,6 +276,8 @@ pub enum PlanError {
     Options(OptionsError),
     /// No key could be built (a bug in the plan's key names).
     NoKeys,
+    /// The redelivery policy drawn was refused (a bug in the plan's ranges).
+    Redelivery(RedeliveryError),
 }
 
 impl fmt::Display for PlanError {
@@ -248,6 +285,9 @@ impl fmt::Display for PlanError {
         match self {
             PlanError::Options(err) => write!(f, "the plan drew refused options: {err}"),
             PlanError::NoKeys => f.write_str("the plan built no valid key"),
+            PlanError::Redelivery(err) => {
+                write!(f, "the plan drew a refused redelivery policy: {err}")
+            }
         }
     }
 }
@@ -346,6 +386,23 @@ impl Plan {
         if slots.is_empty() {
             return Err(PlanError::NoKeys);
         }
+        // The requests' keys; a broker's messages have keys of their own, under an
+        // operation of their own, after them.
+        let request_slots = slots.len();
+        if on(FaultKind::Broker)
+            && let Ok(operation) = Operation::new("order.ship")
+        {
+            for m in 0..MESSAGE_KEYS {
+                if let Ok(key) = Key::new(format!("msg-{m}~")) {
+                    slots.push(Slot {
+                        operation: operation.clone(),
+                        key,
+                        corrupt: false,
+                        transactional: false,
+                    });
+                }
+            }
+        }
         if on(FaultKind::Corrupt) && rng.chance(250) {
             let corrupt = rng.below(slots.len() as u64) as usize;
             slots[corrupt].corrupt = true;
@@ -391,30 +448,10 @@ impl Plan {
 
         let mut clients = Vec::with_capacity(shape.callers as usize);
         for _ in 0..shape.callers {
-            let slot = rng.below(slots.len() as u64) as usize;
+            let slot = rng.below(request_slots as u64) as usize;
             let reuse = on(FaultKind::KeyReuse) && rng.chance(100);
             let (amount, fingerprint) = fingerprints[slot * 2 + usize::from(reuse)];
-            let lease = 1_000 * rng.between(1, 3);
-            let options = Options::builder()
-                .in_flight(if rng.chance(200) {
-                    InFlightPolicy::Raise
-                } else {
-                    InFlightPolicy::Wait
-                })
-                .on_store_failure(if rng.chance(300) {
-                    StoreFailurePolicy::FailClosed
-                } else {
-                    StoreFailurePolicy::FailOpen
-                })
-                .lease(Duration::from_millis(lease))
-                .retention(Duration::from_secs(60))
-                .wait_deadline(Duration::from_millis(rng.between(1_000, 6_000)))
-                .backoff_initial(Duration::from_millis(10))
-                .backoff_max(Duration::from_millis(200))
-                .store_retries(rng.below(4) as u32)
-                .reply_timeout(Duration::from_millis(rng.between(50, 200)))
-                .build()
-                .map_err(PlanError::Options)?;
+            let (options, lease) = random_options(rng)?;
             let retries = on(FaultKind::Retries);
             let max_tries = if retries { rng.between(1, 4) as u32 } else { 1 };
             let mut actions = Vec::with_capacity(max_tries as usize + 1);
@@ -438,15 +475,104 @@ impl Plan {
                 actions,
             });
         }
+        let mut messages = Vec::new();
+        for slot in request_slots..slots.len() {
+            random_messages(rng, faults, slot, &fingerprints, skew, &mut messages)?;
+        }
         Ok(Plan {
             slots,
             clients,
+            messages,
             network,
             outages,
             store_offset: STORE_EPOCH_MIN + rng.below(1_000_000),
             notices: rng.chance(500),
         })
     }
+}
+
+/// How many keys a broker's messages use (each published one to three times).
+const MESSAGE_KEYS: usize = 2;
+
+/// A caller's options, and its lease in ms.
+fn random_options(rng: &mut SimRng) -> Result<(Options, u64), PlanError> {
+    let lease = 1_000 * rng.between(1, 3);
+    let options = Options::builder()
+        .in_flight(if rng.chance(200) {
+            InFlightPolicy::Raise
+        } else {
+            InFlightPolicy::Wait
+        })
+        .on_store_failure(if rng.chance(300) {
+            StoreFailurePolicy::FailClosed
+        } else {
+            StoreFailurePolicy::FailOpen
+        })
+        .lease(Duration::from_millis(lease))
+        .retention(Duration::from_secs(60))
+        .wait_deadline(Duration::from_millis(rng.between(1_000, 6_000)))
+        .backoff_initial(Duration::from_millis(10))
+        .backoff_max(Duration::from_millis(200))
+        .store_retries(rng.below(4) as u32)
+        .reply_timeout(Duration::from_millis(rng.between(50, 200)))
+        .build()
+        .map_err(PlanError::Options)?;
+    Ok((options, lease))
+}
+
+/// The publications of the message whose key is `slot`: one to three, the later ones a
+/// producer's retries (now and then with another body, under key reuse), each with its own
+/// consumer options, redelivery policy, ack-wait and handlers.
+fn random_messages(
+    rng: &mut SimRng,
+    faults: Faults,
+    slot: usize,
+    fingerprints: &[(u32, Fingerprint)],
+    skew: u64,
+    messages: &mut Vec<MessagePlan>,
+) -> Result<(), PlanError> {
+    let on = |kind| faults.has(kind);
+    let first = rng.below(1_500);
+    let copies = rng.between(1, 3) as u32;
+    for copy in 0..copies {
+        let publish = if copy == 0 {
+            first
+        } else {
+            first + rng.between(0, 4_000)
+        };
+        let reuse = copy > 0 && on(FaultKind::KeyReuse) && rng.chance(100);
+        let (_, fingerprint) = fingerprints[slot * 2 + usize::from(reuse)];
+        let (options, lease) = random_options(rng)?;
+        let initial = rng.between(10, 200);
+        let redelivery = Redelivery::new(
+            rng.between(2, 6) as u32,
+            Duration::from_millis(initial),
+            Duration::from_millis(rng.between(initial, 2_000)),
+        )
+        .map_err(PlanError::Redelivery)?;
+        let mut actions = Vec::with_capacity(3);
+        let mut acks_lost = Vec::with_capacity(3);
+        for _ in 0..3 {
+            actions.push(ActionPlan {
+                caller_gone: None,
+                ..random_action(rng, faults, lease)
+            });
+            acks_lost.push(rng.chance(100));
+        }
+        messages.push(MessagePlan {
+            publish,
+            copy,
+            slot,
+            fingerprint,
+            options,
+            redelivery,
+            ack_wait: rng.between(500, 6_000),
+            acks_lost,
+            clock_offset: CALLER_EPOCH + rng.between(0, 2 * skew) - skew,
+            actions,
+        });
+    }
+    Ok(())
 }
 
 fn random_action(rng: &mut SimRng, faults: Faults, lease: u64) -> ActionPlan {

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use idem_check::{CauseCounts, Charge, History, Violation};
+use idem_core::DeadLetterReason;
 
 use crate::faults::ExercisedCounts;
 
@@ -56,6 +57,50 @@ impl fmt::Display for Response {
     }
 }
 
+/// Dead-lettered messages counted by reason (MODEL.md `C1`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadLetters([u64; DeadLetters::REASONS.len()]);
+
+impl DeadLetters {
+    /// Every reason a consumer dead-letters for, in the order summaries print them.
+    pub const REASONS: [DeadLetterReason; 7] = [
+        DeadLetterReason::NoKey,
+        DeadLetterReason::InvalidKey,
+        DeadLetterReason::KeyReuse,
+        DeadLetterReason::CorruptRecord,
+        DeadLetterReason::OutcomeUnknown,
+        DeadLetterReason::Undecodable,
+        DeadLetterReason::Exhausted,
+    ];
+
+    /// Counts one message dead-lettered for `reason` (a reason not listed is not counted).
+    pub fn add(&mut self, reason: DeadLetterReason) {
+        if let Some(i) = Self::REASONS.iter().position(|r| *r == reason) {
+            self.0[i] += 1;
+        }
+    }
+
+    /// How many were dead-lettered for `reason`.
+    pub fn get(&self, reason: DeadLetterReason) -> u64 {
+        Self::REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.0[i])
+    }
+
+    /// How many were dead-lettered.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Adds `other`'s counts.
+    pub fn merge(&mut self, other: &Self) {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
+            *mine += theirs;
+        }
+    }
+}
+
 /// Everything one run found.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
@@ -79,6 +124,28 @@ pub struct RunReport {
     /// Stale writes at the run's provider: effects by a holder whose grant is older than
     /// that of a holder whose effect came before (MODEL.md `F1`).
     pub stale_at_provider: u64,
+    /// Messages the broker held (publications, duplicates included; MODEL.md `C1`).
+    pub messages: u64,
+    /// Deliveries of them (each a consumer's call).
+    pub deliveries: u64,
+    /// Effects under messages' keys (charges, and writes committed with the record).
+    pub message_effects: u64,
+    /// Of those, the writes committed with the record.
+    pub transactional_message_effects: u64,
+    /// Acks the consumers sent, lost ones included.
+    pub acks: u64,
+    /// Of those, acks lost on their way to the broker.
+    pub acks_lost: u64,
+    /// Redeliveries the consumers asked for (naks with the core's delay).
+    pub redeliveries: u64,
+    /// Deliveries the broker made again after an ack-wait ran out.
+    pub ack_wait_redeliveries: u64,
+    /// Messages dead-lettered, by reason.
+    pub dead_letters: DeadLetters,
+    /// Of [`extra`](Self::extra), the extra effects under messages' keys, by cause.
+    pub extra_messages: CauseCounts,
+    /// Of [`extra_transactional`](Self::extra_transactional), those under messages' keys.
+    pub extra_transactional_messages: CauseCounts,
     /// The rules of MODEL.md the run broke, as the judge found them.
     pub violations: Vec<Violation>,
     /// Fault and path classes reached.

@@ -260,6 +260,7 @@ impl Scenario {
                 transactional: false,
             }],
             clients,
+            messages: Vec::new(),
             network: NetworkPlan::reliable(1),
             outages: if self.store == TableStore::Unreachable {
                 vec![Outage {

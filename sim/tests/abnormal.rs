@@ -52,6 +52,7 @@ fn plan(clients: Vec<ClientPlan>) -> Plan {
             transactional: false,
         }],
         clients,
+        messages: Vec::new(),
         network: NetworkPlan::reliable(1),
         outages: Vec::new(),
         store_offset: 1_000_000,

@@ -14,6 +14,10 @@ fn one_seed_gives_one_trace_byte_for_byte() {
             "seed {seed}: a trace too short to compare"
         );
         assert_eq!(a.as_bytes(), b.as_bytes(), "seed {seed}");
+        // The broker is on by default: its deliveries and dispositions are in the run.
+        assert!(first.deliveries > 0, "seed {seed}");
+        assert!(a.contains("broker delivers m0"), "seed {seed}");
+        assert!(a.contains("tells the broker"), "seed {seed}");
         assert_eq!(first.charges(), second.charges());
         assert_eq!(first.history, second.history);
         assert_eq!(first.responses, second.responses);
@@ -49,6 +53,7 @@ fn an_exploration_summary_is_the_same_every_time() {
 #[test]
 fn every_attempt_ends_exactly_once() {
     let config = Config::default();
+    assert!(config.shape.faults.has(idem_sim::FaultKind::Broker));
     for seed in 0..100 {
         let report = run_seed(seed, &config, true).unwrap();
         let trace = report.trace.unwrap();
@@ -60,9 +65,10 @@ fn every_attempt_ends_exactly_once() {
             .lines()
             .filter(|line| line.contains(" crashes ("))
             .count();
+        // Every client's try and every delivery of a message is an attempt.
         assert_eq!(
             ended + crashed,
-            report.requests as usize,
+            (report.requests + report.deliveries) as usize,
             "seed {seed}: an attempt ended twice or never"
         );
     }

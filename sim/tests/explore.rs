@@ -30,7 +30,7 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     let text = summary.to_string();
     assert!(text.ends_with("violations: 0"), "{text}");
     assert!(text.contains("runs: 1500"), "{text}");
-    assert!(text.contains("exercised: 48 of 48"), "{text}");
+    assert!(text.contains("exercised: 55 of 55"), "{text}");
     // Effects that commit with the record: made, and never a second one but after the
     // retention (T1): none explained by a lease lost, a crash, a pause or a drop.
     assert!(summary.transactional_effects > 0, "{summary}");
@@ -46,6 +46,86 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
     );
     assert_eq!(summary.transactional_lease_loss(), 0, "{summary}");
     assert!(text.contains("extra from lease loss: 0"), "{text}");
+}
+
+/// The broker (MODEL.md `C1`), on by default: messages delivered more often than they
+/// were published, acknowledged, handed back and dead-lettered, and their extra effects
+/// explained by the causes requests have, none committed twice with the record.
+#[test]
+fn the_broker_delivers_at_least_once_and_every_message_settles() {
+    let summary = explore(0, 600, &Config::default(), |_| {}).unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(summary.messages > summary.runs, "{summary}");
+    assert!(summary.deliveries > summary.messages, "{summary}");
+    // Every message is acknowledged or dead-lettered (the judge's liveness), some more
+    // than once: an ack lost, or a stale delivery's.
+    assert!(
+        summary.acks - summary.acks_lost + summary.dead_letters.total() >= summary.messages,
+        "{summary}"
+    );
+    assert!(summary.redeliveries > 0, "{summary}");
+    assert!(summary.ack_wait_redeliveries > 0, "{summary}");
+    for reason in [
+        idem_core::DeadLetterReason::Exhausted,
+        idem_core::DeadLetterReason::KeyReuse,
+        idem_core::DeadLetterReason::OutcomeUnknown,
+    ] {
+        assert!(
+            summary.dead_letters.get(reason) > 0,
+            "{reason:?}\n{summary}"
+        );
+    }
+    assert!(summary.message_effects > summary.transactional_message_effects);
+    assert!(summary.transactional_message_effects > 0, "{summary}");
+    assert!(summary.effects > summary.message_effects, "{summary}");
+    assert!(summary.extra_messages.total() > 0, "{summary}");
+    assert!(summary.extra_messages.total() <= summary.extra.total());
+    for cause in [Cause::FailOpen, Cause::LeaseExpired, Cause::HolderCrashed] {
+        assert!(
+            summary.extra_messages.get(cause) > 0,
+            "{cause:?}\n{summary}"
+        );
+    }
+    // A consumer's call is never dropped by a caller.
+    assert_eq!(
+        summary.extra_messages.get(Cause::AbandonedMidAction),
+        0,
+        "{summary}"
+    );
+    assert_eq!(
+        summary.extra_transactional_messages.total(),
+        summary
+            .extra_transactional_messages
+            .get(Cause::RetentionExpired),
+        "{summary}"
+    );
+    // The broker alone, every other fault off: lost acks, duplicate publishes and
+    // ack-waits still deliver messages again, and each message key has one effect.
+    let alone = Config {
+        shape: Shape {
+            faults: Faults::none().with(FaultKind::Broker),
+            ..Shape::default()
+        },
+        ..Config::default()
+    };
+    let summary = explore(0, 300, &alone, |_| {}).unwrap();
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
+    assert!(summary.deliveries > summary.messages, "{summary}");
+    assert!(summary.acks_lost > 0, "{summary}");
+    assert_eq!(summary.message_effects, 2 * summary.runs, "{summary}");
+    assert_eq!(summary.extra.total(), 0, "{summary}");
+    assert_eq!(summary.dead_letters.total(), 0, "{summary}");
+    // Without the broker, no message.
+    let off = Config {
+        shape: Shape {
+            faults: Faults::all().without(FaultKind::Broker),
+            ..Shape::default()
+        },
+        ..Config::default()
+    };
+    let summary = explore(0, 100, &off, |_| {}).unwrap();
+    assert_eq!((summary.messages, summary.deliveries), (0, 0), "{summary}");
+    assert!(summary.failing_seeds.is_empty(), "{summary}");
 }
 
 #[test]
@@ -246,11 +326,11 @@ fn heavy_contention_on_one_key_holds_every_check() {
         summary.exercised.get(Exercised::ChangeNotice) > 0,
         "{summary}"
     );
-    // One key name under two operations: two records per run, so every charge beyond two
-    // per run is an extra one with a cause.
+    // One key name under two operations, and the broker's two message keys: four records
+    // per run, so every charge beyond four per run is an extra one with a cause.
     assert!(
         summary.effects - summary.extra.total() - summary.extra_transactional.total()
-            <= 2 * summary.runs,
+            <= 4 * summary.runs,
         "{summary}"
     );
 }

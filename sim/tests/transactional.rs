@@ -49,6 +49,7 @@ fn plan(clients: Vec<ClientPlan>, network: NetworkPlan) -> Plan {
             transactional: true,
         }],
         clients,
+        messages: Vec::new(),
         network,
         outages: Vec::new(),
         store_offset: 1_000_000,

@@ -219,6 +219,43 @@ fn a_driver_that_reads_an_absent_commit_as_rolled_back_is_caught() {
     assert_eq!(summary.transactional_lease_loss(), 0, "{summary}");
 }
 
+/// A consumer that acknowledges a delivery when its handler returns, before the complete
+/// that records it: caught by `C1` at the ack itself, and nothing else of it is wrong (its
+/// store and its calls are the correct ones). The correct consumer passes the same seeds.
+#[test]
+fn a_consumer_that_acknowledges_before_the_record_is_caught() {
+    let summary = explore_variant(Variant::AckBeforeRecord, 300);
+    assert!(caught_by(&summary, Rule::AckAfterRecord) > 0, "{summary}");
+    assert_eq!(summary.by_rule.len(), 1, "{summary}");
+    // Among them, acks of messages whose effect had not happened (a transactional
+    // handler's writes, not yet committed) and acks whose complete never came.
+    let details: Vec<&str> = summary
+        .violations
+        .iter()
+        .map(|(_, v)| v.detail.as_str())
+        .collect();
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("before its effect was recorded")),
+        "{summary}"
+    );
+    let correct = explore_variant(Variant::Correct, 300);
+    assert!(correct.failing_seeds.is_empty(), "{correct}");
+    assert!(correct.acks > 0, "{correct}");
+    // Without the broker there is no consumer to be wrong.
+    let config = Config {
+        variant: Variant::AckBeforeRecord,
+        shape: Shape {
+            faults: Faults::all().without(FaultKind::Broker),
+            ..Shape::default()
+        },
+        ..Config::default()
+    };
+    let no_broker = explore(0, 300, &config, |_| {}).unwrap();
+    assert!(no_broker.failing_seeds.is_empty(), "{no_broker}");
+}
+
 #[test]
 fn the_correct_store_passes_the_same_seeds() {
     let summary = explore_variant(Variant::Correct, 600);

@@ -69,7 +69,8 @@ impl Scenario {
     /// Whether a scenario of this harness can show `variant`'s bug: not the variants that
     /// rewrite keys, whose bug needs keys longer than 250 characters or two operations, nor
     /// the transactional store's and driver's, whose actions are not transactional here, nor
-    /// the downstream key's, since these actions send none.
+    /// the downstream key's, since these actions send none, nor the message consumer's,
+    /// since these callers are not consumers.
     pub fn can_expose(variant: Variant) -> bool {
         !matches!(
             variant,
@@ -78,6 +79,7 @@ impl Scenario {
                 | Variant::CommitWithoutOwnerCheck
                 | Variant::AbsentCommitRolledBack
                 | Variant::DownstreamKeyPerAttempt
+                | Variant::AckBeforeRecord
         )
     }
 
@@ -126,7 +128,8 @@ impl Scenario {
             | Variant::CommitWithoutOwnerCheck
             | Variant::AbsentCommitRolledBack
             | Variant::DownstreamKeyPerAttempt
-            | Variant::FenceReusedAfterTakeover => {}
+            | Variant::FenceReusedAfterTakeover
+            | Variant::AckBeforeRecord => {}
             Variant::ResultCache | Variant::GrantsEveryReserve => clock_ticks.clear(),
             Variant::ReleaseWithoutOwnerCheck => holder.actions = vec![Action::Fail],
             Variant::RenewWithoutOwnerCheck | Variant::IgnoresRenewals => {

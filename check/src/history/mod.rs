@@ -18,12 +18,18 @@
 //!   driver and how its **settlement** ended, a caller that got **stuck**, a driver that fed
 //!   the machine an input it refused;
 //! - what the attempt machine said of its own lease (a **lease view**);
-//! - each attempt's **outcome**.
+//! - each attempt's **outcome**;
+//! - for a message consumer (MODEL.md `C1`): the messages the broker holds (each
+//!   publication of one, under its key), which **delivery** of which message an attempt
+//!   runs, and the consumer's **disposition** of it (acknowledge, deliver again, dead-letter)
+//!   with whether the broker got it.
 //!
 //! Its `Display` is the run as a story, one line per event, which a counterexample prints.
 
 use idem_core::record::{Command, CommandKind, Record, Reply};
-use idem_core::{DownstreamKey, Fence, Fingerprint, Key, Operation, Outcome, OwnerToken};
+use idem_core::{
+    Disposition, DownstreamKey, Fence, Fingerprint, Key, Operation, Outcome, OwnerToken,
+};
 
 use crate::statement::{Provider, Statement};
 
@@ -86,6 +92,17 @@ pub struct AttemptSpec {
     pub fingerprint: Fingerprint,
     /// Its owner token.
     pub owner: OwnerToken,
+}
+
+/// A message the broker holds (MODEL.md `C1`): one publication, delivered until it is
+/// acknowledged or dead-lettered. A producer that publishes one message twice makes two,
+/// under one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageSpec {
+    /// How the story names it (`m0`).
+    pub label: String,
+    /// Its key, an index into [`History::keys`].
+    pub key: usize,
 }
 
 /// What the store made of a command that reached it.
@@ -217,6 +234,24 @@ pub enum EventKind {
     Settled(Outcome),
     /// The attempt ended with this outcome, given to its caller.
     Finished(Outcome),
+    /// The attempt runs delivery number `delivery` (1 for the first) of `message`, an index
+    /// into [`History::messages`]: a consumer's call under the message's key (MODEL.md
+    /// `C1`). Written before the attempt sends anything.
+    Delivered {
+        /// The message delivered.
+        message: usize,
+        /// Which delivery of it this is, as the broker counts them.
+        delivery: u32,
+    },
+    /// The consumer's disposition of the delivery the attempt runs: what it tells the
+    /// broker. `lost`: the broker never got it (an ack lost with its connection), so the
+    /// delivery is still unacknowledged there.
+    Disposed {
+        /// Acknowledge, deliver again after a delay, or dead-letter with a reason.
+        disposition: Disposition,
+        /// Whether it was lost on its way to the broker.
+        lost: bool,
+    },
     /// The attempt could not move on (a livelock, or the run's budget ran out).
     Stuck(String),
     /// The driver fed the attempt machine an input it refused, or did what a driver must
@@ -231,6 +266,8 @@ pub struct History {
     pub keys: Vec<KeySpec>,
     /// The attempts, by index.
     pub attempts: Vec<AttemptSpec>,
+    /// The messages a broker holds, by index (none in a run without a broker).
+    pub messages: Vec<MessageSpec>,
     /// Every event, in the order it happened.
     pub events: Vec<Event>,
     /// The card statement, its keys indices into [`History::keys`].
@@ -251,6 +288,12 @@ impl History {
     pub fn add_attempt(&mut self, spec: AttemptSpec) -> usize {
         self.attempts.push(spec);
         self.attempts.len() - 1
+    }
+
+    /// Names a message the broker holds; returns its index.
+    pub fn add_message(&mut self, spec: MessageSpec) -> usize {
+        self.messages.push(spec);
+        self.messages.len() - 1
     }
 
     /// Writes down an event.

@@ -31,6 +31,9 @@ impl fmt::Display for Story<'_> {
             }
             writeln!(f)?;
         }
+        for message in &history.messages {
+            writeln!(f, "message {}: key {}", message.label, message.key)?;
+        }
         for (index, event) in history.events.iter().enumerate() {
             let (label, key) = history
                 .attempts
@@ -121,6 +124,32 @@ impl fmt::Display for Explain<'_> {
                 write!(f, "settled: {}", ShortOutcome(outcome))
             }
             EventKind::Finished(outcome) => write!(f, "outcome {}", ShortOutcome(outcome)),
+            EventKind::Delivered { message, delivery } => {
+                let label = history
+                    .messages
+                    .get(*message)
+                    .map_or("?", |m| m.label.as_str());
+                write!(f, "runs delivery {delivery} of message {label}")
+            }
+            EventKind::Disposed { disposition, lost } => {
+                match disposition {
+                    idem_core::Disposition::Ack => write!(f, "consumer ACKS")?,
+                    idem_core::Disposition::Redeliver { after } => {
+                        write!(
+                            f,
+                            "consumer asks for redelivery after {}ms",
+                            after.as_millis()
+                        )?;
+                    }
+                    idem_core::Disposition::DeadLetter(reason) => {
+                        write!(f, "consumer DEAD-LETTERS ({})", reason.name())?;
+                    }
+                }
+                if *lost {
+                    write!(f, ", LOST on its way to the broker")?;
+                }
+                Ok(())
+            }
             EventKind::Stuck(why) => write!(f, "STUCK: {why}"),
             EventKind::Protocol(why) => write!(f, "PROTOCOL ERROR: {why}"),
         }

@@ -47,8 +47,9 @@ fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Ve
         }
         let extras = charges.len() - 1;
         let causes = causes(run, charges);
+        let message = run.is_message_key(key);
         for cause in causes.iter().take(extras) {
-            verdict.extra.add(*cause);
+            verdict.count_extra(*cause, false, message);
         }
         if causes.len() < extras {
             let spec = &run.history.keys[key];

@@ -24,6 +24,10 @@
 //! - effects that commit with the record (`transaction`, `T1`): a transactional action's
 //!   writes commit only with the complete that records its result, once per life of the
 //!   record, and its outcome says whether they did;
+//! - a message consumer's dispositions (`broker`, `C1`): a delivery is acknowledged only
+//!   once its message's effect is recorded (or beyond the record's reach, as `I7` reports),
+//!   never for a message whose effect never happened, and every message the broker holds is
+//!   acknowledged or dead-lettered by the end of the run (liveness);
 //! - the provider (`provider`, `D1`): every request carries the downstream key of its
 //!   (operation, key), and which requests are effects at the run's [`Provider`] model, each
 //!   extra one and each one the provider absorbed counted by its cause.
@@ -40,6 +44,7 @@
 
 mod answers;
 mod applied;
+mod broker;
 mod effects;
 mod ends;
 mod fences;
@@ -121,11 +126,17 @@ pub enum Rule {
     /// carries a fence above every fence granted for that key before, and the holder keeps
     /// its own through its renewals.
     FenceIncreasing,
+    /// Consumers (MODEL.md `C1`): a delivery is acknowledged only once its message's effect
+    /// is recorded: the store applied its attempt's complete, or its attempt was a replay of
+    /// a recorded result, or its attempt executed and its complete's outcome is unknown (or
+    /// its effect is one `I7` reports: failed open, lease lost). Never a message whose
+    /// effect never happened.
+    AckAfterRecord,
 }
 
 impl Rule {
     /// Every rule, in the order above.
-    pub const ALL: [Rule; 22] = [
+    pub const ALL: [Rule; 23] = [
         Rule::I1,
         Rule::I2,
         Rule::I3,
@@ -148,6 +159,7 @@ impl Rule {
         Rule::TransactionalEffectOnce,
         Rule::DownstreamKeyStable,
         Rule::FenceIncreasing,
+        Rule::AckAfterRecord,
     ];
 
     /// The rule's name, as MODEL.md writes it.
@@ -175,6 +187,7 @@ impl Rule {
             Rule::TransactionalEffectOnce => "T1 transactional-effect-once",
             Rule::DownstreamKeyStable => "D1 downstream-key-stable",
             Rule::FenceIncreasing => "F1 fence-increasing",
+            Rule::AckAfterRecord => "C1 ack-after-record",
         }
     }
 }
@@ -194,6 +207,7 @@ pub fn judge(history: &History) -> Verdict {
     ends::judge(&run, &mut verdict.violations);
     transaction::judge(&run, &mut verdict);
     provider::judge(&run, &mut verdict);
+    broker::judge(&run, &mut verdict.violations);
     verdict
 }
 

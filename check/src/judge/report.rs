@@ -118,9 +118,32 @@ pub struct Verdict {
     /// holder paused past its lease whose request lands after its successor's, overwriting
     /// newer state). A provider that honours fences refuses every one (MODEL.md `F1`).
     pub stale_at_provider: u64,
+    /// Of [`extra`](Self::extra), the extra effects under the keys of messages a broker
+    /// delivered (MODEL.md `C1`), by cause.
+    pub extra_messages: CauseCounts,
+    /// Of [`extra_transactional`](Self::extra_transactional), those under the keys of
+    /// messages, by cause.
+    pub extra_transactional_messages: CauseCounts,
 }
 
 impl Verdict {
+    /// Counts one extra effect under `cause`: committed with the record or not, under a
+    /// message's key or not.
+    pub(super) fn count_extra(&mut self, cause: Cause, transactional: bool, message: bool) {
+        match (transactional, message) {
+            (false, false) => self.extra.add(cause),
+            (false, true) => {
+                self.extra.add(cause);
+                self.extra_messages.add(cause);
+            }
+            (true, false) => self.extra_transactional.add(cause),
+            (true, true) => {
+                self.extra_transactional.add(cause);
+                self.extra_transactional_messages.add(cause);
+            }
+        }
+    }
+
     /// Whether `rule` is among the broken rules.
     pub fn breaks(&self, rule: Rule) -> bool {
         self.violations.iter().any(|v| v.rule == rule)

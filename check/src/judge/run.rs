@@ -117,6 +117,11 @@ impl<'h> Run<'h> {
             .map(|i| self.owners[i].1)
     }
 
+    /// Whether `key` is the key of a message a broker delivered (MODEL.md `C1`).
+    pub(super) fn is_message_key(&self, key: usize) -> bool {
+        self.history.messages.iter().any(|m| m.key == key)
+    }
+
     pub(super) fn label(&self, who: usize) -> &str {
         self.history
             .attempts
@@ -265,7 +270,9 @@ impl<'h> Run<'h> {
                 EventKind::Sent(_)
                 | EventKind::Received(_)
                 | EventKind::LeaseView { .. }
-                | EventKind::Paused { .. } => {}
+                | EventKind::Paused { .. }
+                | EventKind::Delivered { .. }
+                | EventKind::Disposed { .. } => {}
             }
         }
     }

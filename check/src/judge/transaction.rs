@@ -80,12 +80,9 @@ fn once_per_life(run: &Run<'_>, key: usize, charges: &[&Charge<usize>], verdict:
             causes.push((cause, false));
         }
     }
+    let message = run.is_message_key(key);
     for (cause, committed) in causes.iter().take(extras) {
-        if *committed {
-            verdict.extra_transactional.add(*cause);
-        } else {
-            verdict.extra.add(*cause);
-        }
+        verdict.count_extra(*cause, *committed, message);
     }
     if causes.len() >= extras {
         return;
@@ -103,7 +100,7 @@ fn once_per_life(run: &Run<'_>, key: usize, charges: &[&Charge<usize>], verdict:
         // that a summary shows extra effects of lease loss among transactional ones.
         let excuse = lease_loss(run, *who, charges);
         if let Some(cause) = excuse {
-            verdict.extra_transactional.add(cause);
+            verdict.count_extra(cause, true, message);
         }
         let _ = write!(
             detail,

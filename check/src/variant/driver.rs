@@ -15,7 +15,14 @@ impl Variant {
                 | Variant::CorruptFailsOpen
                 | Variant::AbsentCommitRolledBack
                 | Variant::DownstreamKeyPerAttempt
+                | Variant::AckBeforeRecord
         )
+    }
+
+    /// Whether the message consumer acknowledges a delivery when its handler returns a
+    /// value, before the complete that records it ([`Variant::AckBeforeRecord`]).
+    pub fn acks_before_record(self) -> bool {
+        self == Variant::AckBeforeRecord
     }
 
     /// Whether the driver, when an attached call is dropped while its action runs, releases

@@ -130,7 +130,8 @@ impl Variant {
                 | Variant::CommitWithoutOwnerCheck
                 | Variant::AbsentCommitRolledBack
                 | Variant::DownstreamKeyPerAttempt
-                | Variant::FenceReusedAfterTakeover,
+                | Variant::FenceReusedAfterTakeover
+                | Variant::AckBeforeRecord,
                 _,
             ) => return None,
         })

@@ -23,7 +23,8 @@
 //!   [`Variant::apply_fenced`] for one that hands out fences), and how a store files a key or
 //!   reads a value that is not a record;
 //! - `in_front`: the store variants played in front of a real store ([`Variant::in_front`]);
-//! - `driver`: what a broken driver does at an abnormal end (rule 11).
+//! - `driver`: what a broken driver does at an abnormal end (rule 11), and what a broken
+//!   message consumer tells its broker (`C1`).
 
 mod driver;
 mod in_front;
@@ -135,6 +136,12 @@ pub enum Variant {
     /// provider that honours fences then takes the stale holder's write after the new
     /// holder's (`F1`; [`Variant::apply_fenced`]).
     FenceReusedAfterTakeover,
+    /// BROKEN consumer: a delivery is acknowledged as soon as its handler returns a value,
+    /// before the complete that records it is applied ([`Variant::acks_before_record`]). A
+    /// complete lost in an outage, or a consumer that dies before recording, leaves the
+    /// message acknowledged with nothing recorded: its key is left to its lease, and a
+    /// duplicate publish runs it again (`C1`).
+    AckBeforeRecord,
 }
 
 /// How many characters of a key [`Variant::TruncatedKeys`] keeps.
@@ -142,7 +149,7 @@ pub const TRUNCATED_KEY_LEN: usize = 250;
 
 impl Variant {
     /// Every variant, the correct one first.
-    pub const ALL: [Variant; 24] = [
+    pub const ALL: [Variant; 25] = [
         Variant::Correct,
         Variant::ResultCache,
         Variant::CompleteWithoutOwnerCheck,
@@ -167,6 +174,7 @@ impl Variant {
         Variant::AbsentCommitRolledBack,
         Variant::DownstreamKeyPerAttempt,
         Variant::FenceReusedAfterTakeover,
+        Variant::AckBeforeRecord,
     ];
 
     /// Every broken variant: [`Variant::ALL`] without [`Variant::Correct`].
@@ -201,6 +209,7 @@ impl Variant {
             Variant::AbsentCommitRolledBack => "absent-commit-rolled-back",
             Variant::DownstreamKeyPerAttempt => "downstream-key-per-attempt",
             Variant::FenceReusedAfterTakeover => "fence-reused-after-takeover",
+            Variant::AckBeforeRecord => "ack-before-record",
         }
     }
 }

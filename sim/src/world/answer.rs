@@ -29,8 +29,12 @@ impl World<'_> {
                 "w{worker} answers {outcome:?}, then settles what its reserves may have left"
             );
             self.exercised(Exercised::FailClosed);
-            self.note(worker, EventKind::Finished(outcome));
-            self.answer(worker, Response::StoreUnavailable);
+            self.note(worker, EventKind::Finished(outcome.clone()));
+            if self.workers[worker].message.is_some() {
+                self.dispose(worker, &outcome);
+            } else {
+                self.answer(worker, Response::StoreUnavailable);
+            }
             let now = idem_core::Timestamp::from_millis(self.caller_now(worker));
             self.workers[worker].attempt.abandon(now);
             self.note(worker, EventKind::Abandoned);
@@ -117,12 +121,16 @@ impl World<'_> {
                 Response::CommitUnknown
             }
         };
-        self.workers[worker].outcome = Some(outcome);
         // Nobody waits for the end of an abandoned try, or for the settlement of an
-        // answered one.
+        // answered one. A consumer tells the broker what the core decides of its delivery.
         if !quiet {
-            self.answer(worker, response);
+            if self.workers[worker].message.is_some() {
+                self.dispose(worker, &outcome);
+            } else {
+                self.answer(worker, response);
+            }
         }
+        self.workers[worker].outcome = Some(outcome);
         false
     }
 

@@ -5,13 +5,24 @@
 use std::fmt::Write as _;
 
 use idem_check::{AttemptSpec, EventKind, Received};
-use idem_core::{Attempt, Command, LeaseState, OwnerToken, Step, Timestamp};
+use idem_core::{Attempt, Command, Fingerprint, LeaseState, Options, OwnerToken, Step, Timestamp};
 
 use super::World;
 use super::events::Event;
 use super::worker::Worker;
 use crate::faults::Exercised;
 use crate::plan::{ActionPlan, Stage};
+
+/// Who makes a call: a client's try, or a consumer's delivery of a message.
+pub(super) struct Caller<'p> {
+    pub(super) slot: usize,
+    pub(super) fingerprint: Fingerprint,
+    pub(super) options: &'p Options,
+    pub(super) clock_offset: u64,
+    pub(super) client: u32,
+    pub(super) try_no: u32,
+    pub(super) message: Option<u32>,
+}
 
 impl World<'_> {
     pub(super) fn try_request(&mut self, client: usize, late: bool) {
@@ -27,7 +38,8 @@ impl World<'_> {
     }
 
     pub(super) fn start_try(&mut self, client: usize) {
-        let plan = &self.plan.clients[client];
+        let plans = self.plan;
+        let plan = &plans.clients[client];
         let state = &mut self.clients[client];
         let try_no = state.tries;
         state.tries += 1;
@@ -36,29 +48,6 @@ impl World<'_> {
         state.current = Some(worker);
         self.report.responses[client].push(None);
         self.report.requests += 1;
-        let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
-        let jitter = self.rng.next_u64();
-        let slot = &self.plan.slots[plan.slot];
-        self.history.add_attempt(AttemptSpec {
-            label: format!("w{worker}"),
-            key: plan.slot,
-            fingerprint: plan.fingerprint,
-            owner,
-        });
-        let now = Timestamp::from_millis(self.now + plan.clock_offset);
-        let mut attempt = Attempt::new(
-            slot.operation.clone(),
-            slot.key.clone(),
-            plan.fingerprint,
-            owner,
-            jitter,
-            plan.options.clone(),
-            now,
-        );
-        if slot.transactional {
-            attempt = attempt.in_transaction();
-            self.note(worker, EventKind::Transactional);
-        }
         // Tries past the planned ones repeat the last action.
         let action = plan
             .actions
@@ -66,10 +55,68 @@ impl World<'_> {
             .or(plan.actions.last())
             .copied()
             .unwrap_or(ActionPlan::charge(0));
-        self.workers.push(Worker {
+        let caller = Caller {
+            slot: plan.slot,
+            fingerprint: plan.fingerprint,
+            options: &plan.options,
+            clock_offset: plan.clock_offset,
             client: client as u32,
             try_no,
-            slot: plan.slot,
+            message: None,
+        };
+        self.spawn(caller, action);
+        let owner = self.workers[worker].attempt.owner();
+        trace!(
+            self,
+            "c{client} try {try_no} -> w{worker} amount={} owner={owner}", plan.amount
+        );
+        if let (Some(timeout), true) = (plan.timeout, more_tries) {
+            self.at(
+                self.now + timeout,
+                Event::ClientTimeout {
+                    client: client as u32,
+                    try_no,
+                },
+            );
+        }
+        self.drive(worker);
+    }
+
+    /// A new worker for `caller`'s call, running `action` if its attempt says to run:
+    /// its owner token and jitter drawn, its attempt made (transactional if its key's
+    /// actions are) and written down. Returns the worker.
+    pub(super) fn spawn(&mut self, caller: Caller<'_>, action: ActionPlan) -> usize {
+        let worker = self.workers.len();
+        let owner = OwnerToken::from_u128((u128::from(self.rng.next_u64()) << 64) | worker as u128);
+        let jitter = self.rng.next_u64();
+        let slot = &self.plan.slots[caller.slot];
+        self.history.add_attempt(AttemptSpec {
+            label: format!("w{worker}"),
+            key: caller.slot,
+            fingerprint: caller.fingerprint,
+            owner,
+        });
+        let now = Timestamp::from_millis(self.now + caller.clock_offset);
+        let mut attempt = Attempt::new(
+            slot.operation.clone(),
+            slot.key.clone(),
+            caller.fingerprint,
+            owner,
+            jitter,
+            caller.options.clone(),
+            now,
+        );
+        if slot.transactional {
+            attempt = attempt.in_transaction();
+            self.note(worker, EventKind::Transactional);
+        }
+        self.workers.push(Worker {
+            client: caller.client,
+            try_no: caller.try_no,
+            message: caller.message,
+            disposed: false,
+            clock_offset: caller.clock_offset,
+            slot: caller.slot,
             attempt,
             action,
             outstanding: None,
@@ -91,20 +138,7 @@ impl World<'_> {
             outcome: None,
             last_view: None,
         });
-        trace!(
-            self,
-            "c{client} try {try_no} -> w{worker} amount={} owner={owner}", plan.amount
-        );
-        if let (Some(timeout), true) = (plan.timeout, more_tries) {
-            self.at(
-                self.now + timeout,
-                Event::ClientTimeout {
-                    client: client as u32,
-                    try_no,
-                },
-            );
-        }
-        self.drive(worker);
+        worker
     }
 
     /// Polls the attempt until it waits or is done, carrying out each step.

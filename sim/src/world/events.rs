@@ -51,6 +51,18 @@ pub(super) enum Event {
     Notice {
         worker: u32,
     },
+    /// The broker delivers a message: first when it is published, then again when a
+    /// consumer's redelivery delay has passed.
+    Deliver {
+        message: u32,
+        published: bool,
+    },
+    /// A delivery's ack-wait runs out: unless the broker got its ack or nak, it delivers
+    /// the message again.
+    AckWait {
+        message: u32,
+        delivery: u32,
+    },
     /// A transactional complete that inserted its record, applied by the store earlier,
     /// commits now (MODEL.md, "Simulation": late commits).
     CommitLands {

@@ -28,12 +28,14 @@ macro_rules! trace {
 }
 
 mod answer;
+mod broker;
 mod drive;
 mod events;
 mod gone;
 mod store_node;
 mod worker;
 
+use broker::Held;
 use events::{Event, Queued};
 use store_node::storage_slots;
 use worker::{Client, Worker};
@@ -63,6 +65,8 @@ pub(crate) struct World<'p> {
     committing: Vec<Option<(u64, usize)>>,
     workers: Vec<Worker>,
     clients: Vec<Client>,
+    /// What the broker holds of each message (MODEL.md `C1`).
+    held: Vec<Held>,
     report: RunReport,
     /// What happened, for the judge.
     history: History,
@@ -92,6 +96,7 @@ impl<'p> World<'p> {
             committing: vec![None; plan.slots.len()],
             workers: Vec::with_capacity(plan.clients.len() * 2),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
+            held: plan.messages.iter().map(|_| Held::default()).collect(),
             report: RunReport {
                 responses: vec![Vec::new(); plan.clients.len()],
                 ..RunReport::default()
@@ -121,6 +126,20 @@ impl<'p> World<'p> {
             world.downstream.push(downstream);
         }
         world.trace_plan();
+        for (m, message) in plan.messages.iter().enumerate() {
+            world.history.add_message(idem_check::MessageSpec {
+                label: format!("m{m}"),
+                key: message.slot,
+            });
+            world.report.messages += 1;
+            world.at(
+                message.publish,
+                Event::Deliver {
+                    message: m as u32,
+                    published: true,
+                },
+            );
+        }
         for (i, client) in plan.clients.iter().enumerate() {
             world.at(
                 client.start,
@@ -190,6 +209,28 @@ impl<'p> World<'p> {
                 client.late_retry
             );
         }
+        for (m, message) in plan.messages.iter().enumerate() {
+            let options = &message.options;
+            let _ = writeln!(
+                out,
+                "  m{m}: at {}ms key {} publication {} clock +{}ms, {:?} {:?}, lease {:?}, \
+                 wait {:?}, store retries {}, reply timeout {:?}, {:?}, ack-wait {}ms, \
+                 acks lost {:?}",
+                message.publish,
+                message.slot,
+                message.copy + 1,
+                message.clock_offset,
+                options.in_flight(),
+                options.on_store_failure(),
+                options.lease(),
+                options.wait_deadline(),
+                options.store_retries(),
+                options.reply_timeout(),
+                message.redelivery,
+                message.ack_wait,
+                message.acks_lost
+            );
+        }
     }
 
     /// Runs to the end and checks what is left to check.
@@ -241,8 +282,7 @@ impl<'p> World<'p> {
     }
 
     fn caller_now(&self, worker: usize) -> u64 {
-        let client = self.workers[worker].client as usize;
-        self.now + self.plan.clients[client].clock_offset
+        self.now + self.workers[worker].clock_offset
     }
 
     fn handle(&mut self, event: Event) {
@@ -279,6 +319,8 @@ impl<'p> World<'p> {
                 command,
             } => self.commit_lands(worker as usize, cmd, command),
             Event::Effect { worker } => self.effect(worker as usize),
+            Event::Deliver { message, published } => self.deliver(message as usize, published),
+            Event::AckWait { message, delivery } => self.ack_wait(message as usize, delivery),
             Event::Crash { worker } => {
                 let w = &mut self.workers[worker as usize];
                 if w.live() {
@@ -310,6 +352,14 @@ impl<'p> World<'p> {
     /// End of run: the judge reads the run's history; what it found, and the cause of every
     /// extra effect, go into the report.
     fn finish(mut self) -> RunReport {
+        for line in self.history.statement.lines() {
+            if self.plan.messages.iter().any(|m| m.slot == line.key) {
+                self.report.message_effects += 1;
+                if self.plan.slots[line.key].transactional {
+                    self.report.transactional_message_effects += 1;
+                }
+            }
+        }
         let verdict = idem_check::judge(&self.history);
         for violation in &verdict.violations {
             trace!(self, "VIOLATION {violation}");
@@ -320,6 +370,8 @@ impl<'p> World<'p> {
         self.report.extra_at_provider = verdict.extra_at_provider;
         self.report.absorbed = verdict.absorbed;
         self.report.stale_at_provider = verdict.stale_at_provider;
+        self.report.extra_messages = verdict.extra_messages;
+        self.report.extra_transactional_messages = verdict.extra_transactional_messages;
         self.report.trace = self.trace.take();
         self.report.history = self.history;
         self.report
@@ -339,7 +391,7 @@ mod tests {
         let mut rng = SimRng::new(4);
         let plan = Plan::random(&mut rng, Shape::default()).unwrap();
         let mut world = World::new(&plan, Variant::Correct, rng.clone(), false);
-        world.budget = 20;
+        world.budget = 60;
         let report = world.run();
         let stuck = report
             .violations

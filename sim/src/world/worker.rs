@@ -14,9 +14,16 @@ use crate::plan::{ActionPlan, Stage};
 /// One try of one client: the service process that drives its attempt.
 #[derive(Debug)]
 pub(super) struct Worker {
-    /// The client whose try this is, and which try.
+    /// The client whose try this is, and which try (for a delivery, no client's:
+    /// `u32::MAX`, and the delivery's number).
     pub(super) client: u32,
     pub(super) try_no: u32,
+    /// The message whose delivery this is, for a consumer's call (MODEL.md `C1`).
+    pub(super) message: Option<u32>,
+    /// The consumer told the broker its disposition of this delivery.
+    pub(super) disposed: bool,
+    /// Its process's clock, in ms ahead of simulated time.
+    pub(super) clock_offset: u64,
     /// The key, as an index into the plan's slots.
     pub(super) slot: usize,
     /// The real attempt machine.
@@ -298,6 +305,20 @@ impl World<'_> {
             }
         };
         self.note(worker, EventKind::ActionEnded(end));
+        if self.variant.acks_before_record()
+            && matches!(end, ActionEnd::Succeeded | ActionEnd::Unrecordable)
+            && self.workers[worker].message.is_some()
+            && !self.workers[worker].disposed
+        {
+            // The broken consumer: the handler returned a value, so it acknowledges now,
+            // before the complete that records it.
+            trace!(
+                self,
+                "w{worker} acknowledges its delivery as its handler returns"
+            );
+            self.workers[worker].disposed = true;
+            self.tell_broker(worker, idem_core::Disposition::Ack, false);
+        }
         let stage = if result == ActionResult::Failed {
             Stage::Release
         } else {
