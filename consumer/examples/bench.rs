@@ -44,9 +44,6 @@ use idem_consumer::{Consumer, Message};
 use idem_postgres::{PostgresStore, RecordTransaction};
 use idem_redis::RedisStore;
 use idem_tests::postgres::TestDb;
-use lapin::BasicProperties;
-use lapin::options::BasicPublishOptions;
-use lapin::types::ShortString;
 use sqlx::PgPool;
 use tokio::sync::{Notify, Semaphore};
 
@@ -118,57 +115,18 @@ enum Source {
 }
 
 impl Source {
-    async fn fill(broker: Broker, ids: &[String]) -> Result<Self, BoxError> {
+    async fn fill(broker: Broker, ids: &[String]) -> Self {
+        let ids = ids.iter().map(String::as_str);
         match broker {
             Broker::Amqp => {
                 let queues = Queues::declare("bench").await;
-                for chunk in ids.chunks(1_000) {
-                    let mut confirms = Vec::with_capacity(chunk.len());
-                    for id in chunk {
-                        let properties = BasicProperties::default()
-                            .with_message_id(ShortString::from(id.as_str()));
-                        confirms.push(
-                            queues
-                                .channel
-                                .basic_publish(
-                                    "".into(),
-                                    queues.queue.clone().into(),
-                                    BasicPublishOptions::default(),
-                                    b"order",
-                                    properties,
-                                )
-                                .await?,
-                        );
-                    }
-                    for confirm in confirms {
-                        confirm.await?;
-                    }
-                }
-                Ok(Source::Amqp(Box::new(queues)))
+                queues.publish_many(ids, "order").await;
+                Source::Amqp(Box::new(queues))
             }
             Broker::Nats => {
                 let stream = Stream::create("bench", Duration::from_secs(1)).await;
-                for chunk in ids.chunks(1_000) {
-                    let mut acks = Vec::with_capacity(chunk.len());
-                    for id in chunk {
-                        let mut headers = async_nats::HeaderMap::new();
-                        headers.insert("Nats-Msg-Id", id.as_str());
-                        acks.push(
-                            stream
-                                .js
-                                .publish_with_headers(
-                                    stream.subject.clone(),
-                                    headers,
-                                    "order".into(),
-                                )
-                                .await?,
-                        );
-                    }
-                    for ack in acks {
-                        ack.await?;
-                    }
-                }
-                Ok(Source::Nats(Box::new(stream)))
+                stream.publish_many(ids, "order").await;
+                Source::Nats(Box::new(stream))
             }
         }
     }
@@ -264,7 +222,7 @@ async fn main() -> Result<(), BoxError> {
                         )
                     })
                     .collect();
-                let source = Source::fill(broker, &ids).await?;
+                let source = Source::fill(broker, &ids).await;
                 let (own, server) = (own_cpu(), redis_cpu_of(&args.redis).await);
                 let elapsed = consume(&args, &stores, &source, phase).await?;
                 let per_message = |seconds: f64| seconds * 1e6 / args.messages as f64;

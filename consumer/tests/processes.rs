@@ -25,9 +25,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use idem_tests::postgres::TestDb;
-use lapin::BasicProperties;
-use lapin::options::BasicPublishOptions;
-use lapin::types::ShortString;
 use process::{ExampleProcess, child_args, run_test, serve};
 use rand::{Rng, SeedableRng};
 use redis_server::RedisServer;
@@ -96,63 +93,24 @@ impl Source {
         }
     }
 
-    /// Publishes each of `ids` the given number of times, every publish confirmed.
+    /// Publishes each of `copies`' ids the given number of times, every publish confirmed.
     async fn publish(&self, copies: &[(String, u32)]) {
+        let most = copies.iter().map(|(_, n)| *n).max().unwrap_or(0);
         match self {
             Source::Amqp(queues) => {
-                for chunk in copies.chunks(500) {
-                    let mut confirms = Vec::new();
-                    for (id, n) in chunk {
-                        for _ in 0..*n {
-                            let properties = BasicProperties::default()
-                                .with_message_id(ShortString::from(id.as_str()));
-                            confirms.push(
-                                queues
-                                    .channel
-                                    .basic_publish(
-                                        "".into(),
-                                        queues.queue.clone().into(),
-                                        BasicPublishOptions::default(),
-                                        b"ship",
-                                        properties,
-                                    )
-                                    .await
-                                    .unwrap(),
-                            );
-                        }
-                    }
-                    for confirm in confirms {
-                        confirm.await.unwrap();
-                    }
-                }
+                let ids = copies
+                    .iter()
+                    .flat_map(|(id, n)| std::iter::repeat_n(id.as_str(), *n as usize));
+                queues.publish_many(ids, "ship").await;
             }
             Source::Nats(stream) => {
                 // Copies one window apart, so that the server lets them all through.
-                let most = copies.iter().map(|(_, n)| *n).max().unwrap_or(0);
                 for round in 0..most {
-                    for chunk in copies.chunks(500) {
-                        let mut acks = Vec::new();
-                        for (id, n) in chunk {
-                            if round < *n {
-                                let mut headers = async_nats::HeaderMap::new();
-                                headers.insert("Nats-Msg-Id", id.as_str());
-                                acks.push(
-                                    stream
-                                        .js
-                                        .publish_with_headers(
-                                            stream.subject.clone(),
-                                            headers,
-                                            "ship".into(),
-                                        )
-                                        .await
-                                        .unwrap(),
-                                );
-                            }
-                        }
-                        for ack in acks {
-                            ack.await.unwrap();
-                        }
-                    }
+                    let ids = copies
+                        .iter()
+                        .filter(|(_, n)| round < *n)
+                        .map(|(id, _)| id.as_str());
+                    stream.publish_many(ids, "ship").await;
                     tokio::time::sleep(Duration::from_millis(150)).await;
                 }
             }

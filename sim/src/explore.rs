@@ -6,7 +6,7 @@ use idem_check::{Cause, CauseCounts, Provider, Rule, Variant, Violation};
 
 use crate::faults::{Exercised, ExercisedCounts};
 use crate::plan::{Plan, PlanError, Shape};
-use crate::report::{DeadLetters, RunReport};
+use crate::report::{BrokerCounts, DeadLetters, RunReport};
 use crate::rng::SimRng;
 use crate::world::World;
 
@@ -71,28 +71,8 @@ pub struct Summary {
     pub absorbed: CauseCounts,
     /// Stale writes at the provider (MODEL.md `F1`): none at one that honours fences.
     pub stale_at_provider: u64,
-    /// Messages a broker held (publications, duplicates included; MODEL.md `C1`).
-    pub messages: u64,
-    /// Deliveries of them.
-    pub deliveries: u64,
-    /// Effects under messages' keys.
-    pub message_effects: u64,
-    /// Of those, the writes committed with the record.
-    pub transactional_message_effects: u64,
-    /// Acks the consumers sent, lost ones included.
-    pub acks: u64,
-    /// Of those, acks lost on their way to the broker.
-    pub acks_lost: u64,
-    /// Redeliveries the consumers asked for.
-    pub redeliveries: u64,
-    /// Deliveries the broker made again after an ack-wait ran out.
-    pub ack_wait_redeliveries: u64,
-    /// Messages dead-lettered, by reason.
-    pub dead_letters: DeadLetters,
-    /// Of [`extra`](Self::extra), the extra effects under messages' keys, by cause.
-    pub extra_messages: CauseCounts,
-    /// Of [`extra_transactional`](Self::extra_transactional), those under messages' keys.
-    pub extra_transactional_messages: CauseCounts,
+    /// What the broker and its consumers did (MODEL.md `C1`).
+    pub broker: BrokerCounts,
     /// Fault and path classes reached.
     pub exercised: ExercisedCounts,
     /// Every seed with a violation.
@@ -118,18 +98,7 @@ impl Summary {
         self.extra_at_provider.merge(&report.extra_at_provider);
         self.absorbed.merge(&report.absorbed);
         self.stale_at_provider += report.stale_at_provider;
-        self.messages += report.messages;
-        self.deliveries += report.deliveries;
-        self.message_effects += report.message_effects;
-        self.transactional_message_effects += report.transactional_message_effects;
-        self.acks += report.acks;
-        self.acks_lost += report.acks_lost;
-        self.redeliveries += report.redeliveries;
-        self.ack_wait_redeliveries += report.ack_wait_redeliveries;
-        self.dead_letters.merge(&report.dead_letters);
-        self.extra_messages.merge(&report.extra_messages);
-        self.extra_transactional_messages
-            .merge(&report.extra_transactional_messages);
+        self.broker.merge(&report.broker);
         self.exercised.merge(&report.exercised);
         if !report.violations.is_empty() {
             self.failing_seeds.push(report.seed);
@@ -235,37 +204,37 @@ impl fmt::Display for Summary {
             f,
             "messages: {}, deliveries: {}, acks: {} (lost: {}), redeliveries asked: {}, \
              after an ack-wait: {}, dead-lettered: {}",
-            self.messages,
-            self.deliveries,
-            self.acks,
-            self.acks_lost,
-            self.redeliveries,
-            self.ack_wait_redeliveries,
-            self.dead_letters.total()
+            self.broker.messages,
+            self.broker.deliveries,
+            self.broker.acks,
+            self.broker.acks_lost,
+            self.broker.redeliveries,
+            self.broker.ack_wait_redeliveries,
+            self.broker.dead_letters.total()
         )?;
         for reason in DeadLetters::REASONS {
             writeln!(
                 f,
                 "  dead-lettered {:<19} {}",
                 reason.name(),
-                self.dead_letters.get(reason)
+                self.broker.dead_letters.get(reason)
             )?;
         }
         writeln!(
             f,
             "effects of messages: {} (transactional: {}), extra: {}, transactional extra: {}",
-            self.message_effects,
-            self.transactional_message_effects,
-            self.extra_messages.total(),
-            self.extra_transactional_messages.total()
+            self.broker.message_effects,
+            self.broker.transactional_message_effects,
+            self.broker.extra_messages.total(),
+            self.broker.extra_transactional_messages.total()
         )?;
         for cause in Cause::ALL {
             writeln!(
                 f,
                 "  {:<26} {:>10} {:>10}",
                 cause.name(),
-                self.extra_messages.get(cause),
-                self.extra_transactional_messages.get(cause)
+                self.broker.extra_messages.get(cause),
+                self.broker.extra_transactional_messages.get(cause)
             )?;
         }
         let reached = Exercised::ALL.len() - self.exercised.missing().len();

@@ -59,6 +59,6 @@ pub use plan::{
     ActionPlan, CallerGone, ClientPlan, MessagePlan, NetworkPlan, Outage, OutageKind, Plan,
     PlanError, Shape, Slot, Stage,
 };
-pub use report::{DeadLetters, Response, RunReport};
+pub use report::{BrokerCounts, DeadLetters, Response, RunReport};
 pub use rng::SimRng;
 pub use table::{Call, RowResult, SCENARIOS, Scenario, TableStore};

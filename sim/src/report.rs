@@ -124,6 +124,27 @@ pub struct RunReport {
     /// Stale writes at the run's provider: effects by a holder whose grant is older than
     /// that of a holder whose effect came before (MODEL.md `F1`).
     pub stale_at_provider: u64,
+    /// What the broker and its consumers did (MODEL.md `C1`).
+    pub broker: BrokerCounts,
+    /// The rules of MODEL.md the run broke, as the judge found them.
+    pub violations: Vec<Violation>,
+    /// Fault and path classes reached.
+    pub exercised: ExercisedCounts,
+    /// Per client, the answer to each of its tries (`None`: none was given: the service
+    /// crashed, or the caller of an attached try went away).
+    pub responses: Vec<Vec<Option<Response>>>,
+    /// Simulated events processed.
+    pub events: u64,
+    /// The event trace, when asked for.
+    pub trace: Option<String>,
+    /// The run as the judge read it (its times on the store's clock), with the card
+    /// statement.
+    pub history: History,
+}
+
+/// What a run's broker and its consumers did (MODEL.md `C1`), one run's or a summary's.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerCounts {
     /// Messages the broker held (publications, duplicates included; MODEL.md `C1`).
     pub messages: u64,
     /// Deliveries of them (each a consumer's call).
@@ -146,20 +167,24 @@ pub struct RunReport {
     pub extra_messages: CauseCounts,
     /// Of [`extra_transactional`](Self::extra_transactional), those under messages' keys.
     pub extra_transactional_messages: CauseCounts,
-    /// The rules of MODEL.md the run broke, as the judge found them.
-    pub violations: Vec<Violation>,
-    /// Fault and path classes reached.
-    pub exercised: ExercisedCounts,
-    /// Per client, the answer to each of its tries (`None`: none was given: the service
-    /// crashed, or the caller of an attached try went away).
-    pub responses: Vec<Vec<Option<Response>>>,
-    /// Simulated events processed.
-    pub events: u64,
-    /// The event trace, when asked for.
-    pub trace: Option<String>,
-    /// The run as the judge read it (its times on the store's clock), with the card
-    /// statement.
-    pub history: History,
+}
+
+impl BrokerCounts {
+    /// Adds another run's counts.
+    pub fn merge(&mut self, other: &Self) {
+        self.messages += other.messages;
+        self.deliveries += other.deliveries;
+        self.message_effects += other.message_effects;
+        self.transactional_message_effects += other.transactional_message_effects;
+        self.acks += other.acks;
+        self.acks_lost += other.acks_lost;
+        self.redeliveries += other.redeliveries;
+        self.ack_wait_redeliveries += other.ack_wait_redeliveries;
+        self.dead_letters.merge(&other.dead_letters);
+        self.extra_messages.merge(&other.extra_messages);
+        self.extra_transactional_messages
+            .merge(&other.extra_transactional_messages);
+    }
 }
 
 impl RunReport {

@@ -136,7 +136,14 @@ fn a_duplicate_publish_is_replayed_and_acknowledged_without_running() {
     assert_eq!(deliveries(&report), [(0, 1, true, ACK), (1, 1, false, ACK)]);
     assert_eq!(report.exercised.get(Exercised::DuplicatePublish), 1);
     assert_eq!(report.exercised.get(Exercised::AckedReplay), 1);
-    assert_eq!((report.messages, report.deliveries, report.acks), (2, 2, 2));
+    assert_eq!(
+        (
+            report.broker.messages,
+            report.broker.deliveries,
+            report.broker.acks
+        ),
+        (2, 2, 2)
+    );
 }
 
 #[test]
@@ -220,7 +227,7 @@ fn a_slow_handler_past_its_ack_wait_never_runs_beside_its_redelivery() {
     assert!(report.exercised.get(Exercised::AckWaitWhileRunning) >= 2);
     assert!(report.exercised.get(Exercised::InFlight) >= 2);
     assert_eq!(report.exercised.get(Exercised::InProgress), 1);
-    assert_eq!(report.dead_letters.total(), 0);
+    assert_eq!(report.broker.dead_letters.total(), 0);
 }
 
 /// m0's consumer charges at 100 ms and crashes at 150 ms, its key held until its 1 s lease
@@ -243,7 +250,7 @@ fn a_consumer_that_crashes_mid_handler_is_delivered_again_after_the_ack_wait() {
     let report = run_plan(&crashed(false), Variant::Correct, 0, true);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(charges(&report), ["ch_1", "ch_2"]);
-    assert_eq!(report.extra_messages.get(Cause::HolderCrashed), 1);
+    assert_eq!(report.broker.extra_messages.get(Cause::HolderCrashed), 1);
     assert_eq!(deliveries(&report), [(0, 1, true, None), (0, 2, true, ACK)]);
     assert_eq!(report.exercised.get(Exercised::AckWaitRedelivery), 1);
     assert_eq!(report.exercised.get(Exercised::LeaseTakeover), 1);
@@ -252,6 +259,6 @@ fn a_consumer_that_crashes_mid_handler_is_delivered_again_after_the_ack_wait() {
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(charges(&report), ["tx_2"]);
     assert_eq!(report.transactional_effects, 1);
-    assert_eq!(report.extra_transactional_messages.total(), 0);
+    assert_eq!(report.broker.extra_transactional_messages.total(), 0);
     assert_eq!(deliveries(&report), [(0, 1, true, None), (0, 2, true, ACK)]);
 }

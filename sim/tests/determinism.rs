@@ -15,7 +15,7 @@ fn one_seed_gives_one_trace_byte_for_byte() {
         );
         assert_eq!(a.as_bytes(), b.as_bytes(), "seed {seed}");
         // The broker is on by default: its deliveries and dispositions are in the run.
-        assert!(first.deliveries > 0, "seed {seed}");
+        assert!(first.broker.deliveries > 0, "seed {seed}");
         assert!(a.contains("broker delivers m0"), "seed {seed}");
         assert!(a.contains("tells the broker"), "seed {seed}");
         assert_eq!(first.charges(), second.charges());
@@ -68,7 +68,7 @@ fn every_attempt_ends_exactly_once() {
         // Every client's try and every delivery of a message is an attempt.
         assert_eq!(
             ended + crashed,
-            (report.requests + report.deliveries) as usize,
+            (report.requests + report.broker.deliveries) as usize,
             "seed {seed}: an attempt ended twice or never"
         );
     }

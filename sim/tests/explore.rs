@@ -55,46 +55,57 @@ fn every_fault_class_is_exercised_and_no_check_fails() {
 fn the_broker_delivers_at_least_once_and_every_message_settles() {
     let summary = explore(0, 600, &Config::default(), |_| {}).unwrap();
     assert!(summary.failing_seeds.is_empty(), "{summary}");
-    assert!(summary.messages > summary.runs, "{summary}");
-    assert!(summary.deliveries > summary.messages, "{summary}");
+    assert!(summary.broker.messages > summary.runs, "{summary}");
+    assert!(
+        summary.broker.deliveries > summary.broker.messages,
+        "{summary}"
+    );
     // Every message is acknowledged or dead-lettered (the judge's liveness), some more
     // than once: an ack lost, or a stale delivery's.
     assert!(
-        summary.acks - summary.acks_lost + summary.dead_letters.total() >= summary.messages,
+        summary.broker.acks - summary.broker.acks_lost + summary.broker.dead_letters.total()
+            >= summary.broker.messages,
         "{summary}"
     );
-    assert!(summary.redeliveries > 0, "{summary}");
-    assert!(summary.ack_wait_redeliveries > 0, "{summary}");
+    assert!(summary.broker.redeliveries > 0, "{summary}");
+    assert!(summary.broker.ack_wait_redeliveries > 0, "{summary}");
     for reason in [
         idem_core::DeadLetterReason::Exhausted,
         idem_core::DeadLetterReason::KeyReuse,
         idem_core::DeadLetterReason::OutcomeUnknown,
     ] {
         assert!(
-            summary.dead_letters.get(reason) > 0,
+            summary.broker.dead_letters.get(reason) > 0,
             "{reason:?}\n{summary}"
         );
     }
-    assert!(summary.message_effects > summary.transactional_message_effects);
-    assert!(summary.transactional_message_effects > 0, "{summary}");
-    assert!(summary.effects > summary.message_effects, "{summary}");
-    assert!(summary.extra_messages.total() > 0, "{summary}");
-    assert!(summary.extra_messages.total() <= summary.extra.total());
+    assert!(summary.broker.message_effects > summary.broker.transactional_message_effects);
+    assert!(
+        summary.broker.transactional_message_effects > 0,
+        "{summary}"
+    );
+    assert!(
+        summary.effects > summary.broker.message_effects,
+        "{summary}"
+    );
+    assert!(summary.broker.extra_messages.total() > 0, "{summary}");
+    assert!(summary.broker.extra_messages.total() <= summary.extra.total());
     for cause in [Cause::FailOpen, Cause::LeaseExpired, Cause::HolderCrashed] {
         assert!(
-            summary.extra_messages.get(cause) > 0,
+            summary.broker.extra_messages.get(cause) > 0,
             "{cause:?}\n{summary}"
         );
     }
     // A consumer's call is never dropped by a caller.
     assert_eq!(
-        summary.extra_messages.get(Cause::AbandonedMidAction),
+        summary.broker.extra_messages.get(Cause::AbandonedMidAction),
         0,
         "{summary}"
     );
     assert_eq!(
-        summary.extra_transactional_messages.total(),
+        summary.broker.extra_transactional_messages.total(),
         summary
+            .broker
             .extra_transactional_messages
             .get(Cause::RetentionExpired),
         "{summary}"
@@ -110,11 +121,18 @@ fn the_broker_delivers_at_least_once_and_every_message_settles() {
     };
     let summary = explore(0, 300, &alone, |_| {}).unwrap();
     assert!(summary.failing_seeds.is_empty(), "{summary}");
-    assert!(summary.deliveries > summary.messages, "{summary}");
-    assert!(summary.acks_lost > 0, "{summary}");
-    assert_eq!(summary.message_effects, 2 * summary.runs, "{summary}");
+    assert!(
+        summary.broker.deliveries > summary.broker.messages,
+        "{summary}"
+    );
+    assert!(summary.broker.acks_lost > 0, "{summary}");
+    assert_eq!(
+        summary.broker.message_effects,
+        2 * summary.runs,
+        "{summary}"
+    );
     assert_eq!(summary.extra.total(), 0, "{summary}");
-    assert_eq!(summary.dead_letters.total(), 0, "{summary}");
+    assert_eq!(summary.broker.dead_letters.total(), 0, "{summary}");
     // Without the broker, no message.
     let off = Config {
         shape: Shape {
@@ -124,7 +142,11 @@ fn the_broker_delivers_at_least_once_and_every_message_settles() {
         ..Config::default()
     };
     let summary = explore(0, 100, &off, |_| {}).unwrap();
-    assert_eq!((summary.messages, summary.deliveries), (0, 0), "{summary}");
+    assert_eq!(
+        (summary.broker.messages, summary.broker.deliveries),
+        (0, 0),
+        "{summary}"
+    );
     assert!(summary.failing_seeds.is_empty(), "{summary}");
 }
 

@@ -242,7 +242,7 @@ fn a_consumer_that_acknowledges_before_the_record_is_caught() {
     );
     let correct = explore_variant(Variant::Correct, 300);
     assert!(correct.failing_seeds.is_empty(), "{correct}");
-    assert!(correct.acks > 0, "{correct}");
+    assert!(correct.broker.acks > 0, "{correct}");
     // Without the broker there is no consumer to be wrong.
     let config = Config {
         variant: Variant::AckBeforeRecord,

@@ -74,6 +74,28 @@ impl Stream {
             .unwrap();
     }
 
+    /// Publishes `body` once under each of `ids` (as `Nats-Msg-Id`), in order, a thousand
+    /// publishes in flight at a time, every one acknowledged by the server.
+    pub async fn publish_many<'a>(&self, ids: impl IntoIterator<Item = &'a str>, body: &str) {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        for chunk in ids.chunks(1_000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                let mut headers = HeaderMap::new();
+                headers.insert("Nats-Msg-Id", *id);
+                acks.push(
+                    self.js
+                        .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
+                        .await
+                        .unwrap(),
+                );
+            }
+            for ack in acks {
+                ack.await.unwrap();
+            }
+        }
+    }
+
     /// A durable pull consumer of the stream and its messages.
     pub async fn consume(
         &self,

@@ -47,7 +47,7 @@ impl World<'_> {
         if published && plan.copy > 0 {
             self.exercised(Exercised::DuplicatePublish);
         }
-        self.report.deliveries += 1;
+        self.report.broker.deliveries += 1;
         let action = plan
             .actions
             .get(delivery as usize - 1)
@@ -99,7 +99,7 @@ impl World<'_> {
             Exercised::AckWaitRedelivery
         };
         self.exercised(class);
-        self.report.ack_wait_redeliveries += 1;
+        self.report.broker.ack_wait_redeliveries += 1;
         trace!(
             self,
             "broker: the ack-wait of m{m} delivery {delivery} runs out ({})",
@@ -153,21 +153,21 @@ impl World<'_> {
         self.note(worker, EventKind::Disposed { disposition, lost });
         match disposition {
             Disposition::Ack => {
-                self.report.acks += 1;
+                self.report.broker.acks += 1;
                 if replay {
                     self.exercised(Exercised::AckedReplay);
                 }
                 if lost {
-                    self.report.acks_lost += 1;
+                    self.report.broker.acks_lost += 1;
                     self.exercised(Exercised::AckLost);
                 }
             }
             Disposition::Redeliver { .. } => {
-                self.report.redeliveries += 1;
+                self.report.broker.redeliveries += 1;
                 self.exercised(Exercised::Redelivered);
             }
             Disposition::DeadLetter(reason) => {
-                self.report.dead_letters.add(reason);
+                self.report.broker.dead_letters.add(reason);
                 self.exercised(Exercised::DeadLettered);
             }
         }

@@ -131,7 +131,7 @@ impl<'p> World<'p> {
                 label: format!("m{m}"),
                 key: message.slot,
             });
-            world.report.messages += 1;
+            world.report.broker.messages += 1;
             world.at(
                 message.publish,
                 Event::Deliver {
@@ -354,9 +354,9 @@ impl<'p> World<'p> {
     fn finish(mut self) -> RunReport {
         for line in self.history.statement.lines() {
             if self.plan.messages.iter().any(|m| m.slot == line.key) {
-                self.report.message_effects += 1;
+                self.report.broker.message_effects += 1;
                 if self.plan.slots[line.key].transactional {
-                    self.report.transactional_message_effects += 1;
+                    self.report.broker.transactional_message_effects += 1;
                 }
             }
         }
@@ -370,8 +370,8 @@ impl<'p> World<'p> {
         self.report.extra_at_provider = verdict.extra_at_provider;
         self.report.absorbed = verdict.absorbed;
         self.report.stale_at_provider = verdict.stale_at_provider;
-        self.report.extra_messages = verdict.extra_messages;
-        self.report.extra_transactional_messages = verdict.extra_transactional_messages;
+        self.report.broker.extra_messages = verdict.extra_messages;
+        self.report.broker.extra_transactional_messages = verdict.extra_transactional_messages;
         self.report.trace = self.trace.take();
         self.report.history = self.history;
         self.report
