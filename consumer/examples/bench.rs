@@ -440,6 +440,9 @@ async fn nats_consumer(
     (pull, messages)
 }
 
+/// A delivery's acknowledgement, whatever the broker.
+type Ack = std::pin::Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+
 /// The consumer without idem: up to `window` deliveries at once, each handled (the counter,
 /// or with `pool` the same `INSERT` in a transaction of its own) and then acknowledged.
 async fn bare(
@@ -461,66 +464,68 @@ async fn bare(
         }
         Ok::<(), BoxError>(())
     };
-    // The channel (or pull consumer) is kept until every ack is sent.
+    // Each broker's deliveries as one stream of (message id, its ack); the channel (or pull
+    // consumer) is kept until every ack is sent.
     let mut channel = None;
     let mut pull = None;
-    match source {
-        Source::Amqp(queues) => {
-            let (open, mut deliveries) = queues.consume(window).await;
-            channel = Some(open);
-            let mut taken = 0;
-            while taken < done.n {
-                let Some(delivery) = deliveries.next().await else {
-                    break;
-                };
-                let delivery = delivery?;
-                taken += 1;
-                let slot = Arc::clone(&slots).acquire_owned().await?;
-                let (pool, done) = (pool.clone(), Arc::clone(done));
-                let id = delivery
-                    .properties
-                    .message_id()
-                    .as_ref()
-                    .map(|id| id.to_string())
-                    .unwrap_or_default();
-                tasks.spawn(async move {
-                    handle(pool, id).await?;
-                    delivery
-                        .ack(lapin::options::BasicAckOptions::default())
-                        .await?;
-                    done.one();
-                    drop(slot);
-                    Ok::<(), BoxError>(())
-                });
+    let mut deliveries: futures::stream::BoxStream<'static, Result<(String, Ack), BoxError>> =
+        match source {
+            Source::Amqp(queues) => {
+                let (open, deliveries) = queues.consume(window).await;
+                channel = Some(open);
+                deliveries
+                    .map(|delivery| {
+                        let delivery = delivery?;
+                        let id = delivery
+                            .properties
+                            .message_id()
+                            .as_ref()
+                            .map(|id| id.to_string())
+                            .unwrap_or_default();
+                        let ack: Ack = Box::pin(async move {
+                            delivery
+                                .ack(lapin::options::BasicAckOptions::default())
+                                .await?;
+                            Ok(())
+                        });
+                        Ok((id, ack))
+                    })
+                    .boxed()
             }
-        }
-        Source::Nats(stream) => {
-            let (durable, mut messages) = nats_consumer(stream, window).await;
-            pull = Some(durable);
-            let mut taken = 0;
-            while taken < done.n {
-                let Some(message) = messages.next().await else {
-                    break;
-                };
-                let message = message?;
-                taken += 1;
-                let slot = Arc::clone(&slots).acquire_owned().await?;
-                let (pool, done) = (pool.clone(), Arc::clone(done));
-                let id = message
-                    .headers
-                    .as_ref()
-                    .and_then(|headers| headers.get("Nats-Msg-Id"))
-                    .map(|id| id.to_string())
-                    .unwrap_or_default();
-                tasks.spawn(async move {
-                    handle(pool, id).await?;
-                    message.ack().await?;
-                    done.one();
-                    drop(slot);
-                    Ok::<(), BoxError>(())
-                });
+            Source::Nats(stream) => {
+                let (durable, messages) = nats_consumer(stream, window).await;
+                pull = Some(durable);
+                messages
+                    .map(|message| {
+                        let message = message?;
+                        let id = message
+                            .headers
+                            .as_ref()
+                            .and_then(|headers| headers.get("Nats-Msg-Id"))
+                            .map(|id| id.to_string())
+                            .unwrap_or_default();
+                        let ack: Ack = Box::pin(async move { message.ack().await });
+                        Ok((id, ack))
+                    })
+                    .boxed()
             }
-        }
+        };
+    let mut taken = 0;
+    while taken < done.n {
+        let Some(delivery) = deliveries.next().await else {
+            break;
+        };
+        let (id, ack) = delivery?;
+        taken += 1;
+        let slot = Arc::clone(&slots).acquire_owned().await?;
+        let (pool, done) = (pool.clone(), Arc::clone(done));
+        tasks.spawn(async move {
+            handle(pool, id).await?;
+            ack.await?;
+            done.one();
+            drop(slot);
+            Ok::<(), BoxError>(())
+        });
     }
     while let Some(task) = tasks.join_next().await {
         task??;

@@ -108,11 +108,7 @@ where
 impl BrokerDelivery for Delivery {
     fn take_message(&mut self) -> Message {
         Message {
-            id: self
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|id| id.as_str().to_owned()),
+            id: message_id(self).map(str::to_owned),
             body: std::mem::take(&mut self.data),
             delivery: delivery_number(self),
             headers: text_headers(self),
@@ -143,11 +139,7 @@ impl BrokerDelivery for Delivery {
             Disposition::DeadLetter(reason) => {
                 tracing::warn!(
                     reason = reason.name(),
-                    message_id = self
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .map_or("", |id| id.as_str()),
+                    message_id = message_id(&self).unwrap_or_default(),
                     delivery_tag = self.delivery_tag,
                     "message dead-lettered"
                 );
@@ -158,8 +150,15 @@ impl BrokerDelivery for Delivery {
     }
 }
 
-/// Which delivery of its message `delivery` is: one more than the quorum queue's count of
-/// earlier ones, or, without it, 2 if the broker says it was delivered before.
+/// The delivery's `message_id` property, if the producer set one.
+fn message_id(delivery: &Delivery) -> Option<&str> {
+    delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(|id| id.as_str())
+}
+
 /// The delivery's headers whose values read as text: strings as they are (bytes not UTF-8
 /// replaced), numbers, booleans and timestamps in decimal; tables, arrays, byte arrays,
 /// decimals, floats and voids left out.
@@ -192,6 +191,8 @@ fn text_headers(delivery: &Delivery) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Which delivery of its message `delivery` is: one more than the quorum queue's count of
+/// earlier ones, or, without it, 2 if the broker says it was delivered before.
 fn delivery_number(delivery: &Delivery) -> u32 {
     let counted = delivery
         .properties

@@ -112,12 +112,7 @@ impl BrokerDelivery for jetstream::Message {
             .and_then(|info| u32::try_from(info.delivered).ok())
             .unwrap_or(1)
             .max(1);
-        let id = self
-            .message
-            .headers
-            .as_ref()
-            .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
-            .map(|id| id.as_str().to_owned());
+        let id = message_id(self).map(str::to_owned);
         let headers = self
             .message
             .headers
@@ -153,15 +148,9 @@ impl BrokerDelivery for jetstream::Message {
             // The server keeps the delay: nothing is held here.
             Disposition::Redeliver { after } => AckKind::Nak(Some(after)),
             Disposition::DeadLetter(reason) => {
-                let id = self
-                    .message
-                    .headers
-                    .as_ref()
-                    .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
-                    .map(|id| id.as_str().to_owned());
                 tracing::warn!(
                     reason = reason.name(),
-                    message_id = id.as_deref().unwrap_or(""),
+                    message_id = message_id(&self).unwrap_or_default(),
                     subject = %self.message.subject,
                     "message terminated"
                 );
@@ -171,4 +160,14 @@ impl BrokerDelivery for jetstream::Message {
         self.ack_with(kind).await?;
         Ok(())
     }
+}
+
+/// The message's `Nats-Msg-Id` header, if the publisher set one.
+fn message_id(message: &jetstream::Message) -> Option<&str> {
+    message
+        .message
+        .headers
+        .as_ref()
+        .and_then(|headers| headers.get(MESSAGE_ID_HEADER))
+        .map(|id| id.as_str())
 }

@@ -71,6 +71,22 @@ fn batched(batches: &Batches, id: &str) -> usize {
         .count()
 }
 
+/// Twelve orders, `order-5` failing its first run.
+fn orders() -> impl Iterator<Item = (String, &'static str)> {
+    (0..12).map(|i| (format!("order-{i}"), if i == 5 { "fail-1" } else { "ok" }))
+}
+
+/// Every order of [`orders`] in one batch and run once, but `order-5`: in two batches, run by
+/// its first and second deliveries.
+fn each_once_but_the_failure_twice(batches: &Batches, seen: &Shared) {
+    for (id, _) in orders() {
+        let expected = if id == "order-5" { 2 } else { 1 };
+        assert_eq!(batched(batches, &id), expected, "{id}: {batches:?}");
+        assert_eq!(runs(seen, &id).len(), expected, "{id}");
+    }
+    assert_eq!(runs(seen, "order-5"), [1, 2]);
+}
+
 fn largest(batches: &Batches) -> usize {
     batches
         .lock()
@@ -110,9 +126,7 @@ async fn amqp_a_batch_acknowledges_its_successes_and_redelivers_its_failure_alon
     let batches = Batches::default();
     let consumer = consumer(quick(5));
     // Published before the consumer starts, so that they come in one prefetch window.
-    for i in 0..12 {
-        let id = format!("order-{i}");
-        let body = if i == 5 { "fail-1" } else { "ok" };
+    for (id, body) in orders() {
         queues.publish(Some(&id), body).await;
     }
     queues.publish(Some("order-3"), "ok").await;
@@ -129,14 +143,8 @@ async fn amqp_a_batch_acknowledges_its_successes_and_redelivers_its_failure_alon
     stop.send(()).unwrap();
     let report = task.await.unwrap();
     assert!(largest(&batches) > 1, "never batched: {batches:?}");
-    for i in 0..12 {
-        let id = format!("order-{i}");
-        let expected = if i == 5 { 2 } else { 1 };
-        assert_eq!(batched(&batches, &id), expected, "{id}: {batches:?}");
-        assert_eq!(runs(&seen, &id).len(), expected, "{id}");
-    }
     // The failure was delivered again on its own, numbered by the quorum queue.
-    assert_eq!(runs(&seen, "order-5"), [1, 2]);
+    each_once_but_the_failure_twice(&batches, &seen);
     assert_eq!(report.dead_lettered_total() + report.cut, 0, "{report:?}");
     assert_eq!(queues.count(&queues.queue).await, 0);
     assert_eq!(queues.count(&queues.dead).await, 0);
@@ -186,9 +194,7 @@ async fn nats_a_batch_acknowledges_its_successes_and_naks_its_failure_alone() {
     let seen = Shared::default();
     let batches = Batches::default();
     let consumer = consumer(quick(5));
-    for i in 0..12 {
-        let id = format!("order-{i}");
-        let body = if i == 5 { "fail-1" } else { "ok" };
+    for (id, body) in orders() {
         stream.publish(Some(&id), body).await;
     }
     // Past the server's duplicate window: a producer's retry that reaches the consumer.
@@ -218,13 +224,8 @@ async fn nats_a_batch_acknowledges_its_successes_and_naks_its_failure_alone() {
     stop.send(()).unwrap();
     let report = task.await.unwrap();
     assert!(largest(&batches) > 1, "never batched: {batches:?}");
-    for i in 0..12 {
-        let id = format!("order-{i}");
-        let expected = if i == 5 { 2 } else { 1 };
-        assert_eq!(batched(&batches, &id), expected, "{id}: {batches:?}");
-    }
-    // The server numbered the failure's redelivery.
-    assert_eq!(runs(&seen, "order-5"), [1, 2]);
+    // The failure was delivered again on its own, numbered by the server.
+    each_once_but_the_failure_twice(&batches, &seen);
     assert_eq!(report.dead_lettered_total() + report.cut, 0, "{report:?}");
     stream.delete().await;
 }

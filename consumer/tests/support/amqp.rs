@@ -90,6 +90,31 @@ impl Queues {
         body: &str,
         headers: &[(&str, &str)],
     ) {
+        self.send(id, body, headers).await.await.unwrap();
+    }
+
+    /// Publishes `body` once under each of `ids`, in order, a thousand publishes in flight
+    /// at a time, every one confirmed by the broker.
+    pub async fn publish_many<'a>(&self, ids: impl IntoIterator<Item = &'a str>, body: &str) {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        for chunk in ids.chunks(1_000) {
+            let mut confirms = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                confirms.push(self.send(Some(id), body, &[]).await);
+            }
+            for confirm in confirms {
+                confirm.await.unwrap();
+            }
+        }
+    }
+
+    /// Sends one publish to the queue; the broker's confirm is the caller's to wait for.
+    async fn send(
+        &self,
+        id: Option<&str>,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> lapin::PublisherConfirm {
         let mut properties = BasicProperties::default();
         if let Some(id) = id {
             properties = properties.with_message_id(ShortString::from(id));
@@ -111,35 +136,6 @@ impl Queues {
             )
             .await
             .unwrap()
-            .await
-            .unwrap();
-    }
-
-    /// Publishes `body` once under each of `ids`, in order, a thousand publishes in flight
-    /// at a time, every one confirmed by the broker.
-    pub async fn publish_many<'a>(&self, ids: impl IntoIterator<Item = &'a str>, body: &str) {
-        let ids: Vec<&str> = ids.into_iter().collect();
-        for chunk in ids.chunks(1_000) {
-            let mut confirms = Vec::with_capacity(chunk.len());
-            for id in chunk {
-                let properties = BasicProperties::default().with_message_id(ShortString::from(*id));
-                confirms.push(
-                    self.channel
-                        .basic_publish(
-                            "".into(),
-                            self.queue.clone().into(),
-                            BasicPublishOptions::default(),
-                            body.as_bytes(),
-                            properties,
-                        )
-                        .await
-                        .unwrap(),
-                );
-            }
-            for confirm in confirms {
-                confirm.await.unwrap();
-            }
-        }
     }
 
     /// A consumer of the queue on a channel of its own, with a prefetch of `window`.

@@ -59,6 +59,32 @@ impl Stream {
 
     /// As [`publish`](Self::publish), with `headers` beside the id.
     pub async fn publish_with_headers(&self, id: Option<&str>, body: &str, more: &[(&str, &str)]) {
+        self.send(id, body, more).await.await.unwrap();
+    }
+
+    /// Publishes `body` once under each of `ids` (as `Nats-Msg-Id`), in order, a thousand
+    /// publishes in flight at a time, every one acknowledged by the server.
+    pub async fn publish_many<'a>(&self, ids: impl IntoIterator<Item = &'a str>, body: &str) {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        for chunk in ids.chunks(1_000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                acks.push(self.send(Some(id), body, &[]).await);
+            }
+            for ack in acks {
+                ack.await.unwrap();
+            }
+        }
+    }
+
+    /// Sends one publish to the stream's subject; the server's ack is the caller's to wait
+    /// for.
+    async fn send(
+        &self,
+        id: Option<&str>,
+        body: &str,
+        more: &[(&str, &str)],
+    ) -> jetstream::context::PublishAckFuture {
         let mut headers = HeaderMap::new();
         if let Some(id) = id {
             headers.insert("Nats-Msg-Id", id);
@@ -70,30 +96,6 @@ impl Stream {
             .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
             .await
             .unwrap()
-            .await
-            .unwrap();
-    }
-
-    /// Publishes `body` once under each of `ids` (as `Nats-Msg-Id`), in order, a thousand
-    /// publishes in flight at a time, every one acknowledged by the server.
-    pub async fn publish_many<'a>(&self, ids: impl IntoIterator<Item = &'a str>, body: &str) {
-        let ids: Vec<&str> = ids.into_iter().collect();
-        for chunk in ids.chunks(1_000) {
-            let mut acks = Vec::with_capacity(chunk.len());
-            for id in chunk {
-                let mut headers = HeaderMap::new();
-                headers.insert("Nats-Msg-Id", *id);
-                acks.push(
-                    self.js
-                        .publish_with_headers(self.subject.clone(), headers, body.to_owned().into())
-                        .await
-                        .unwrap(),
-                );
-            }
-            for ack in acks {
-                ack.await.unwrap();
-            }
-        }
     }
 
     /// A durable pull consumer of the stream and its messages.
