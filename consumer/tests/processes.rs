@@ -329,9 +329,12 @@ async fn run(broker: Broker, store: Store, n: usize) -> Run {
     for (id, pids) in &by_id {
         let extras = pids.len() - 1;
         extra += extras;
-        // Each extra shipment is explained by one shipment of a process killed after it.
-        let by_killed = pids.iter().filter(|pid| killed.contains(pid)).count();
-        if extras > by_killed {
+        // A shipment followed by another of the same message is explained only if its
+        // process was killed (after it shipped, before its record was complete): a process
+        // that lived on completed its record, and nothing ships after a complete record.
+        // The shipments are in the order they were made (the ledger's lines, the rows' ids).
+        let superseded = &pids[..extras];
+        if superseded.iter().any(|pid| !killed.contains(pid)) {
             unexplained.push((id.clone(), pids.clone()));
         }
     }
