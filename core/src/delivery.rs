@@ -47,9 +47,10 @@ impl CallEnd {
     /// delivering it again would run it again (a complete refused after a lapsed lease, or
     /// a run that failed open, is `I7`'s to report, not the broker's to repeat). A replay of
     /// a result, or of a result not stored, is recorded; a replay of a panic, or a panic
-    /// now, is refused as "outcome unknown" (rule 11). A call that ran nothing to a record
-    /// (a failure, the store down under `FailClosed`, a rollback, a commit whose outcome is
-    /// unknown, an abandoned call) is retryable: the record decides the next delivery.
+    /// now, or an action dropped while it ran, is refused as "outcome unknown" (rule 11). A
+    /// call that ran nothing to a record (a failure, the store down under `FailClosed`, a
+    /// rollback, a commit whose outcome is unknown, a call abandoned before or after its
+    /// action ran) is retryable: the record decides the next delivery.
     pub fn of_outcome(outcome: &Outcome) -> CallEnd {
         match outcome {
             Outcome::Executed(_) => CallEnd::Recorded,
@@ -59,7 +60,13 @@ impl CallEnd {
             Outcome::Replayed {
                 result: StoredResult::Panicked,
             }
-            | Outcome::Panicked(_) => CallEnd::Refused(DeadLetterReason::OutcomeUnknown),
+            | Outcome::Panicked(_)
+            // Dropped while it ran: its effect may have happened, and the key is left to its
+            // lease (`I7`'s abandoned mid-action). Delivering it again would run it again
+            // once the lease ends, so it is an unknown outcome, as a panic is (rule 11).
+            | Outcome::Abandoned(Abandonment::ActionDropped) => {
+                CallEnd::Refused(DeadLetterReason::OutcomeUnknown)
+            }
             Outcome::InProgress => CallEnd::InProgress,
             Outcome::KeyReuse { .. } => CallEnd::Refused(DeadLetterReason::KeyReuse),
             Outcome::CorruptRecord => CallEnd::Refused(DeadLetterReason::CorruptRecord),
@@ -67,9 +74,9 @@ impl CallEnd {
             | Outcome::StoreUnavailable
             | Outcome::RolledBack { .. }
             | Outcome::CommitUnknown
-            | Outcome::Abandoned(
-                Abandonment::Settled | Abandonment::LeftToLease | Abandonment::ActionDropped,
-            ) => CallEnd::Retryable,
+            | Outcome::Abandoned(Abandonment::Settled | Abandonment::LeftToLease) => {
+                CallEnd::Retryable
+            }
         }
     }
 }

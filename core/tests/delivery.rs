@@ -198,6 +198,11 @@ fn an_attempts_outcome_classifies_as_the_driver_answer_would() {
         CallEnd::of_outcome(&Outcome::CorruptRecord),
         CallEnd::Refused(DeadLetterReason::CorruptRecord)
     );
+    // Dropped mid-action, its effect may have happened: never delivered again to run.
+    assert_eq!(
+        CallEnd::of_outcome(&Outcome::Abandoned(Abandonment::ActionDropped)),
+        CallEnd::Refused(DeadLetterReason::OutcomeUnknown)
+    );
     for nothing_recorded in [
         Outcome::ActionFailed { released: true },
         Outcome::StoreUnavailable,
@@ -205,7 +210,6 @@ fn an_attempts_outcome_classifies_as_the_driver_answer_would() {
         Outcome::CommitUnknown,
         Outcome::Abandoned(Abandonment::Settled),
         Outcome::Abandoned(Abandonment::LeftToLease),
-        Outcome::Abandoned(Abandonment::ActionDropped),
     ] {
         assert_eq!(
             CallEnd::of_outcome(&nothing_recorded),
