@@ -163,9 +163,9 @@ pub struct BrokerCounts {
     pub ack_wait_redeliveries: u64,
     /// Messages dead-lettered, by reason.
     pub dead_letters: DeadLetters,
-    /// Of [`extra`](Self::extra), the extra effects under messages' keys, by cause.
+    /// Of [`extra`](RunReport::extra), the extra effects under messages' keys, by cause.
     pub extra_messages: CauseCounts,
-    /// Of [`extra_transactional`](Self::extra_transactional), those under messages' keys.
+    /// Of [`extra_transactional`](RunReport::extra_transactional), those under messages' keys.
     pub extra_transactional_messages: CauseCounts,
 }
 
