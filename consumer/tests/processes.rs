@@ -15,9 +15,7 @@ mod orders;
 #[allow(dead_code)]
 #[path = "../../http/tests/support/process.rs"]
 mod process;
-#[allow(dead_code)]
-#[path = "../../http/tests/support/redis.rs"]
-mod redis_server;
+use idem_tests::redis as redis_server;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};

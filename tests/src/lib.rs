@@ -20,14 +20,18 @@
 //!   shuttle (random and PCT schedules, replayable), with the counterexample handed back.
 //!
 //! And, with the `postgres` feature, `postgres`: the PostgreSQL harness the store's and the
-//! HTTP layer's tests share (a database per test, a private server to stop and start).
+//! HTTP layer's tests share (a database per test, a private server to stop and start); and,
+//! always, [`redis`] (`redis-server` processes and a Cluster) and [`net`] (free ports): one
+//! harness per server, for every crate whose tests start one.
 
 pub mod caller;
 pub mod coverage;
 pub mod model_check;
+pub mod net;
 pub mod platform;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod redis;
 pub mod scenario;
 pub mod world;
 

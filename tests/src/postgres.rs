@@ -8,7 +8,6 @@
 //! If no server answers, the tests fail saying so: CI starts one, and a silent skip would
 //! hide a suite that never ran.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::str::FromStr;
@@ -132,11 +131,7 @@ impl Drop for TestDb {
     }
 }
 
-/// A free TCP port on 127.0.0.1: bound, then released for the server to take.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address").port()
-}
+pub use crate::net::free_port;
 
 /// Where the PostgreSQL server programs are: `PG_BIN`, else the newest
 /// `/usr/lib/postgresql/*/bin`.

@@ -2,16 +2,13 @@
 //! through the driver (`idem-bench table`), and the bench's command counts
 //! (`idem-bench bench`).
 //!
-//! The server harness is the Redis adapter's own (one copy of it, compiled here too).
-
-#[path = "../../redis-adapter/tests/support/mod.rs"]
-mod support;
+//! The server is `idem_tests::redis`'s, the one harness every crate's Redis tests use.
 
 use std::time::Duration;
 
 use idem_bench::redis::bench::{self, BenchConfig};
 use idem_bench::redis::table as redis_table;
-use support::RedisServer;
+use idem_tests::redis::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_article_table_on_redis_matches_the_simulated_one() {

@@ -10,7 +10,6 @@
 pub mod broken;
 pub mod checks;
 pub mod process;
-pub mod redis;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -29,7 +28,8 @@ use idem_http::{Disposition, IdempotencyLayer, IdempotencyLayerBuilder, ProblemT
 use serde::Deserialize;
 use serde_json::json;
 
-pub use self::redis::RedisServer;
+#[allow(unused_imports)]
+pub use idem_tests::redis::{self, RedisServer};
 
 /// Which store a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -52,10 +51,8 @@ pub fn run_test(name: &str, test: impl Future<Output = ()>) {
 }
 
 /// A free port on loopback.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("an ephemeral port");
-    listener.local_addr().expect("its address").port()
-}
+#[allow(unused_imports)]
+pub use idem_tests::net::free_port;
 
 /// This test binary, started again to serve an example; its stdout read line by line.
 /// Killed when dropped.
