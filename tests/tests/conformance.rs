@@ -5,113 +5,26 @@
 //! cargo test -p idem-tests --test conformance -- --nocapture
 //! ```
 //!
-//! Each store gets a [`Subject`]: the store, its clock, and (where the store keeps bytes) a
-//! way to plant a value it did not write. Every report is printed; every store must conform,
+//! Each store gets a `Subject` (the store, its clock, and where the store keeps bytes a way
+//! to plant a value it did not write), kept with the store's own tests. Every report is printed; every store must conform,
 //! every broken store must be caught.
 
 use std::time::Duration;
 
-use idem::{BoxError, MemoryStore, StoreError};
+#[path = "../../postgres-adapter/tests/support/subject.rs"]
+mod postgres_subject;
+#[path = "../../redis-adapter/tests/support/subject.rs"]
+mod redis_subject;
+
+use idem::MemoryStore;
 use idem_conformance::broken::{BrokenStore, Flaw};
-use idem_conformance::{Check, Config, Report, Subject, Timing, run};
-use idem_core::record::{Command, CommandKind, Reply};
-use idem_core::{Key, Operation, Timestamp};
+use idem_conformance::{Check, Config, Report, run};
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
 use idem_tests::postgres::TestDb;
 use idem_tests::redis::{RedisCluster, RedisServer};
-use redis::aio::ConnectionLike;
-
-fn unavailable(command: CommandKind) -> impl FnOnce(redis::RedisError) -> StoreError {
-    move |error| StoreError::Unavailable {
-        command,
-        source: Box::new(error),
-    }
-}
-
-/// A Redis store, standalone or on a Cluster, with a plain connection for the server's clock
-/// (`TIME`) and for planting values. Commands go through `Store::apply`, fast paths and all,
-/// and are placed between two reads of the clock.
-struct OnRedis<C> {
-    store: RedisStore,
-    conn: C,
-}
-
-impl<C: ConnectionLike + Clone + Send + Sync + 'static> Subject for OnRedis<C> {
-    type Store = RedisStore;
-
-    fn store(&self) -> &RedisStore {
-        &self.store
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable(CommandKind::Read))?;
-        Ok(Timestamp::from_millis(secs * 1000 + micros / 1000))
-    }
-
-    async fn plant_corrupt(&self, operation: &Operation, key: &Key) -> Result<bool, BoxError> {
-        redis::cmd("SET")
-            .arg(self.store.layout().record_key(operation, key))
-            .arg("not a record of idem")
-            .query_async::<()>(&mut self.conn.clone())
-            .await?;
-        Ok(true)
-    }
-}
-
-/// PostgreSQL: every statement says the server instant it judged by, so the kit judges it
-/// exactly.
-struct OnPostgres {
-    store: PostgresStore,
-    pool: sqlx::PgPool,
-}
-
-impl Subject for OnPostgres {
-    type Store = PostgresStore;
-
-    fn store(&self) -> &PostgresStore {
-        &self.store
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        let millis: i64 =
-            sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|error| StoreError::Unavailable {
-                    command: CommandKind::Read,
-                    source: Box::new(error),
-                })?;
-        Ok(Timestamp::from_millis(u64::try_from(millis).unwrap_or(0)))
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (reply, now) = self.store.apply_timed(operation, key, command).await?;
-        Ok((reply, Timing::At(now)))
-    }
-
-    async fn plant_corrupt(&self, operation: &Operation, key: &Key) -> Result<bool, BoxError> {
-        // State 9 is none the store writes.
-        sqlx::query(
-            "INSERT INTO idem_records (operation, key, state, owner, fingerprint, body, expires_at)
-             VALUES ($1, $2, 9, '\\x00'::bytea, '\\x00'::bytea, NULL,
-                     (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 600000)",
-        )
-        .bind(operation.as_str())
-        .bind(key.as_str())
-        .execute(&self.pool)
-        .await?;
-        Ok(true)
-    }
-}
+use postgres_subject::OnPostgres;
+use redis_subject::OnRedis;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -4,7 +4,7 @@
 
 #![allow(dead_code, unused_imports)]
 
-pub mod differential;
+pub mod subject;
 
 use std::ops::Deref;
 
