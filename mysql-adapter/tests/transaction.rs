@@ -246,3 +246,36 @@ async fn many_tasks_on_one_key_write_one_row_and_get_one_answer() {
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert_eq!(orders(store.pool()).await.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_waits_for_a_record_inserted_by_a_commit_in_progress() {
+    let db = TestDb::create().await;
+    let store = db.store(8).await;
+    let (o, k) = names();
+    // A complete that inserts the record (the lease ran out and the row was swept), its
+    // transaction not committed yet.
+    let pool = db.pool(1).await;
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO idem_records VALUES ('order.create', 'k', 3, ?, ?, NULL, \
+         UNIX_TIMESTAMP() * 1000 + 60000, NULL)",
+    )
+    .bind(OwnerToken::from_u128(1).to_bytes().to_vec())
+    .bind(request().to_bytes().to_vec())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let read = {
+        let (store, o, k) = (store.clone(), o.clone(), k.clone());
+        tokio::spawn(async move { store.apply(&o, &k, Command::Read).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!read.is_finished(), "the read waits for the inserting transaction");
+    tx.commit().await.unwrap();
+    match read.await.unwrap().unwrap() {
+        Reply::Read(Some(Record::Completed { owner, .. })) => {
+            assert_eq!(owner, OwnerToken::from_u128(1));
+        }
+        other => panic!("{other:?}"),
+    }
+}
