@@ -425,8 +425,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let outcome = bench(&args, admin.clone().database(&name), run_id).await;
     sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
-    .execute(&mut conn)
-    .await?;
+        .execute(&mut conn)
+        .await?;
     outcome
 }
 

@@ -107,8 +107,7 @@ pub use sqlx;
 
 pub use error::{CommandTimeout, MySqlError};
 pub use store::{
-    DEFAULT_COMMAND_TIMEOUT, MAX_DURATION_MS, MAX_RACES, MySqlStore, MySqlStoreBuilder,
-    StoreStats,
+    DEFAULT_COMMAND_TIMEOUT, MAX_DURATION_MS, MAX_RACES, MySqlStore, MySqlStoreBuilder, StoreStats,
 };
 pub use table::{DEFAULT_TABLE, TableName, TableNameError};
 pub use transaction::{

@@ -90,10 +90,12 @@ fn record(
         .try_into()
         .map_err(|_| corrupt(format!("owner is {} bytes, not 16", owner.len())))?;
     let fingerprint = fingerprint.unwrap_or_default();
-    let fingerprint: [u8; 32] = fingerprint
-        .as_slice()
-        .try_into()
-        .map_err(|_| corrupt(format!("fingerprint is {} bytes, not 32", fingerprint.len())))?;
+    let fingerprint: [u8; 32] = fingerprint.as_slice().try_into().map_err(|_| {
+        corrupt(format!(
+            "fingerprint is {} bytes, not 32",
+            fingerprint.len()
+        ))
+    })?;
     let expires_at = expires_at
         .and_then(|ms| u64::try_from(ms).ok())
         .ok_or_else(|| corrupt(format!("expires_at {expires_at:?} is not a deadline")))?;

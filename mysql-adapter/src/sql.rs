@@ -68,7 +68,8 @@ FROM (SELECT 1) AS one LEFT JOIN {records} AS r ON r.operation = ? AND r.`key` =
 /// locked(operation, key): the newest committed version of the row, locked until the
 /// transaction ends (`FOR UPDATE`), with the clock read after the lock, and whether a
 /// transaction is open. Every slow path decides from this row with `record::apply_fenced`.
-pub const LOCKED: &str = "SELECT {now_locked} AS now, {columns}, CAST(@@in_transaction AS SIGNED) AS in_tx,
+pub const LOCKED: &str =
+    "SELECT {now_locked} AS now, {columns}, CAST(@@in_transaction AS SIGNED) AS in_tx,
     CAST(@@tx_isolation AS CHAR) AS iso
 FROM (SELECT 1) AS one LEFT JOIN {records} AS r ON r.operation = ? AND r.`key` = ?
 FOR UPDATE";
@@ -76,7 +77,8 @@ FOR UPDATE";
 /// shared(operation, key): as [`LOCKED`] with a shared lock, for a read: it waits for a
 /// transaction that holds the row for a complete, so a read after a lost commit reply sees
 /// that commit's outcome.
-pub const SHARED: &str = "SELECT {now_locked} AS now, {columns}, CAST(@@in_transaction AS SIGNED) AS in_tx,
+pub const SHARED: &str =
+    "SELECT {now_locked} AS now, {columns}, CAST(@@in_transaction AS SIGNED) AS in_tx,
     CAST(@@tx_isolation AS CHAR) AS iso
 FROM (SELECT 1) AS one LEFT JOIN {records} AS r ON r.operation = ? AND r.`key` = ?
 LOCK IN SHARE MODE";

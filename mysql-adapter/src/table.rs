@@ -148,7 +148,10 @@ mod tests {
         assert_eq!(TableName::default().quoted(), "`idem_records`");
         let qualified = TableName::new("billing.Idem_1").unwrap();
         assert_eq!(qualified.quoted(), "`billing`.`Idem_1`");
-        assert_eq!(qualified.quoted_fence_sequence(), "`billing`.`Idem_1_fence`");
+        assert_eq!(
+            qualified.quoted_fence_sequence(),
+            "`billing`.`Idem_1_fence`"
+        );
         assert_eq!(qualified.to_string(), "billing.Idem_1");
         for bad in [
             "",

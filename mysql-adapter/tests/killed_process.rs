@@ -117,8 +117,15 @@ async fn a_holder_killed_mid_action_is_taken_over_after_its_lease_and_the_action
     assert!(took < LEASE * 3, "taken over {took:?} after the kill");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let taker_fence = fences.load(Ordering::SeqCst) as u64;
-    assert!(taker_fence > holder_fence, "F1: {taker_fence} above {holder_fence}");
-    assert_eq!(orders(store.pool()).await, ["retry"], "the killed holder's write rolled back");
+    assert!(
+        taker_fence > holder_fence,
+        "F1: {taker_fence} above {holder_fence}"
+    );
+    assert_eq!(
+        orders(store.pool()).await,
+        ["retry"],
+        "the killed holder's write rolled back"
+    );
 
     // And the result is replayed from now on, the action not run again.
     let counted = Arc::clone(&runs);

@@ -309,7 +309,12 @@ impl MySqlStore {
             let fence = self.next_fence(conn, command, &stored).await?;
             transition = apply_fenced(Some(&stored), command.clone(), now, || fence);
         }
-        let bytes = |op: &Operation, k: &Key| (op.as_str().as_bytes().to_vec(), k.as_str().as_bytes().to_vec());
+        let bytes = |op: &Operation, k: &Key| {
+            (
+                op.as_str().as_bytes().to_vec(),
+                k.as_str().as_bytes().to_vec(),
+            )
+        };
         let (op, k) = bytes(operation, key);
         let write = match &transition.write {
             Write::Unchanged => None,
@@ -357,7 +362,10 @@ impl MySqlStore {
             Write::Delete => None,
         };
         if let Some(write) = write {
-            self.inner.counters.statements.fetch_add(1, Ordering::Relaxed);
+            self.inner
+                .counters
+                .statements
+                .fetch_add(1, Ordering::Relaxed);
             match write.execute(&mut *conn).await {
                 Ok(_) => {}
                 Err(error) if scope == Scope::Own && server_errno(&error) == Some(DEADLOCK) => {
@@ -376,7 +384,10 @@ impl MySqlStore {
         command: &Command,
         stored: &Record,
     ) -> Result<Fence, StoreError> {
-        self.inner.counters.statements.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .counters
+            .statements
+            .fetch_add(1, Ordering::Relaxed);
         let drawn: i64 = sqlx::query_scalar(AssertSqlSafe(Arc::clone(&self.inner.sql.next_fence)))
             .fetch_one(&mut *conn)
             .await
@@ -386,9 +397,8 @@ impl MySqlStore {
             _ => 1,
         };
         let drawn = u64::try_from(drawn).unwrap_or(0).max(above_row);
-        Fence::new(drawn).ok_or_else(|| {
-            StoreError::unavailable(command, "the fence sequence answered zero")
-        })
+        Fence::new(drawn)
+            .ok_or_else(|| StoreError::unavailable(command, "the fence sequence answered zero"))
     }
 
     /// The grant of a free key, or a result recorded where the row is gone: one insert,
@@ -402,7 +412,10 @@ impl MySqlStore {
         command: &Command,
     ) -> Result<Try, StoreError> {
         let sql = &self.inner.sql;
-        self.inner.counters.statements.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .counters
+            .statements
+            .fetch_add(1, Ordering::Relaxed);
         let (query, duration) = match command {
             Command::Reserve {
                 owner,
@@ -476,7 +489,10 @@ impl MySqlStore {
         key: &Key,
         command: &Command,
     ) -> Result<Found, Raced> {
-        self.inner.counters.statements.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .counters
+            .statements
+            .fetch_add(1, Ordering::Relaxed);
         let row = match sqlx::query(AssertSqlSafe(Arc::clone(statement)))
             .bind(operation.as_str().as_bytes())
             .bind(key.as_str().as_bytes())
@@ -493,9 +509,7 @@ impl MySqlStore {
                 detail,
             }
             .into(),
-            Unreadable::Unexpected(error) => {
-                StoreError::unavailable(command, failed(error)).into()
-            }
+            Unreadable::Unexpected(error) => StoreError::unavailable(command, failed(error)).into(),
         })
     }
 
@@ -534,7 +548,9 @@ impl From<Raced> for StoreError {
 fn grant(owner: OwnerToken, expires_at: i64, fence: Option<i64>) -> Reservation {
     Reservation {
         owner,
-        lease_until: Some(Timestamp::from_millis(u64::try_from(expires_at).unwrap_or(0))),
+        lease_until: Some(Timestamp::from_millis(
+            u64::try_from(expires_at).unwrap_or(0),
+        )),
         fence: fence
             .and_then(|f| u64::try_from(f).ok())
             .and_then(Fence::new),

@@ -86,7 +86,11 @@ impl Drop for TestDb {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                if let Ok(pool) = MySqlPoolOptions::new().max_connections(1).connect(&admin).await {
+                if let Ok(pool) = MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin)
+                    .await
+                {
                     let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
                         .execute(&pool)
                         .await;
