@@ -41,11 +41,6 @@ pub enum MySqlError {
         /// What differs.
         detail: String,
     },
-    /// A transaction handed to the transactional mode is not one the record can join:
-    /// it is not open, or not at the isolation level the mode needs (see
-    /// [`RecordTransaction`](crate::RecordTransaction)).
-    #[error("the transaction cannot carry the record: {0}")]
-    Transaction(String),
 }
 
 pub use idem::CommandTimeout;

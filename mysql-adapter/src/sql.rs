@@ -115,6 +115,15 @@ SET state = ?, body = ?, expires_at = LAST_INSERT_ID({now} + ?)
 WHERE operation = ? AND `key` = ? AND owner = ? AND state = 1 AND body IS NULL
   AND LENGTH(fingerprint) = 32 AND (fence IS NULL OR fence > 0) AND expires_at > {now}";
 
+/// complete_held_in_transaction: [`COMPLETE_HELD`] inside a caller's transaction, which it
+/// joins only if one is open at READ COMMITTED (else it matches no row, and the locked way
+/// says what is wrong).
+pub const COMPLETE_HELD_IN_TRANSACTION: &str = "UPDATE {records}
+SET state = ?, body = ?, expires_at = LAST_INSERT_ID({now} + ?)
+WHERE operation = ? AND `key` = ? AND owner = ? AND state = 1 AND body IS NULL
+  AND LENGTH(fingerprint) = 32 AND (fence IS NULL OR fence > 0) AND expires_at > {now}
+  AND @@in_transaction = 1 AND @@tx_isolation = 'READ-COMMITTED'";
+
 /// put_pending(owner, fingerprint, expires_at, fence, operation, key): a takeover or a
 /// renewal, decided on the locked row.
 pub const PUT_PENDING: &str = "UPDATE {records}
@@ -154,6 +163,7 @@ pub(crate) struct Statements {
     pub(crate) insert_pending: Arc<str>,
     pub(crate) insert_completed: Arc<str>,
     pub(crate) complete_held: Arc<str>,
+    pub(crate) complete_held_in_transaction: Arc<str>,
     pub(crate) put_pending: Arc<str>,
     pub(crate) put_completed: Arc<str>,
     pub(crate) end: Arc<str>,
@@ -172,6 +182,7 @@ impl Statements {
             insert_pending: expand(INSERT_PENDING),
             insert_completed: expand(INSERT_COMPLETED),
             complete_held: expand(COMPLETE_HELD),
+            complete_held_in_transaction: expand(COMPLETE_HELD_IN_TRANSACTION),
             put_pending: expand(PUT_PENDING),
             put_completed: expand(PUT_COMPLETED),
             end: expand(END),
@@ -206,6 +217,7 @@ mod tests {
             INSERT_PENDING,
             INSERT_COMPLETED,
             COMPLETE_HELD,
+            COMPLETE_HELD_IN_TRANSACTION,
             PUT_PENDING,
             PUT_COMPLETED,
             END,

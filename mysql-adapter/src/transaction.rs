@@ -22,7 +22,7 @@ use idem_core::{Fingerprint, Key, Operation};
 use sqlx::{MySql, MySqlConnection};
 
 use crate::error::{CommandTimeout, MySqlError, failed};
-use crate::store::{MySqlStore, READ_COMMITTED, Scope};
+use crate::store::{MySqlStore, Scope};
 
 /// The transaction an action receives and hands back.
 pub type MySqlTransaction = sqlx::Transaction<'static, MySql>;
@@ -70,20 +70,13 @@ impl MySqlStore {
     }
 
     /// Begins a transaction for an action's writes at READ COMMITTED ([`SET_ISOLATION`],
-    /// then `BEGIN`, then a check that the session reports READ COMMITTED), which the
-    /// record's complete will join; on the [transaction pool](MySqlStore::transaction_pool).
+    /// then `BEGIN`), which the record's complete will join; on the
+    /// [transaction pool](MySqlStore::transaction_pool). The complete checks the level again
+    /// (`@@tx_isolation`), for a transaction begun elsewhere.
     pub async fn begin(&self) -> Result<RecordTransaction, MySqlError> {
         let mut conn = self.transaction_pool().acquire().await?;
         sqlx::query(SET_ISOLATION).execute(&mut *conn).await?;
-        let mut transaction = sqlx::Transaction::begin(conn, None).await?;
-        let isolation: String = sqlx::query_scalar("SELECT CAST(@@tx_isolation AS CHAR)")
-            .fetch_one(&mut *transaction)
-            .await?;
-        if isolation != READ_COMMITTED {
-            return Err(MySqlError::Transaction(format!(
-                "the session is at {isolation} after {SET_ISOLATION:?}, not {READ_COMMITTED}"
-            )));
-        }
+        let transaction = sqlx::Transaction::begin(conn, None).await?;
         Ok(self.transaction(transaction))
     }
 }

@@ -136,11 +136,7 @@ impl MySqlStore {
         for _ in 0..MAX_RACES {
             let attempt = match scope {
                 Scope::Own => self.try_own(conn, operation, key, command).await,
-                Scope::Caller => match self.locked(conn, scope, operation, key, command).await {
-                    Ok(Locked::Decided(done)) => Ok(done),
-                    Ok(Locked::Insert) => self.insert(conn, operation, key, command).await,
-                    Err(error) => Err(error),
-                },
+                Scope::Caller => self.try_caller(conn, operation, key, command).await,
             };
             match attempt? {
                 Try::Done(reply, now) => return Ok((reply, now)),
@@ -191,30 +187,13 @@ impl MySqlStore {
                     Some(_) => {}
                 }
             }
-            Command::Complete {
-                owner,
-                result,
-                retention,
-                ..
-            } => {
-                let (state, body) = result_columns(result);
-                let retention = millis(*retention);
-                counters.statements.fetch_add(1, Ordering::Relaxed);
-                let done = sqlx::query(AssertSqlSafe(Arc::clone(&self.inner.sql.complete_held)))
-                    .bind(state)
-                    .bind(body)
-                    .bind(retention)
-                    .bind(operation.as_str().as_bytes())
-                    .bind(key.as_str().as_bytes())
-                    .bind(owner.to_bytes().as_slice())
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|error| StoreError::unavailable(command, failed(error)))?;
-                if done.rows_affected() == 1 {
-                    counters.fast.fetch_add(1, Ordering::Relaxed);
-                    let expires_at = i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX);
-                    let now = instant(expires_at, retention);
-                    return Ok(Try::Done(Reply::Completed(Completion::InTime), now));
+            Command::Complete { .. } => {
+                let held = &self.inner.sql.complete_held;
+                if let Some(done) = self
+                    .complete_held(conn, held, operation, key, command)
+                    .await?
+                {
+                    return Ok(done);
                 }
             }
             Command::Renew { .. } | Command::Release { .. } | Command::Read => {}
@@ -246,6 +225,78 @@ impl MySqlStore {
                 self.insert(conn, operation, key, command).await
             }
         }
+    }
+
+    /// One try inside a caller's open transaction: the owner's complete as its one
+    /// statement (which also checks that a transaction is open at READ COMMITTED), else
+    /// the locked way, which says what is wrong if the transaction is not one the record
+    /// can join.
+    async fn try_caller(
+        &self,
+        conn: &mut MySqlConnection,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<Try, StoreError> {
+        if let Command::Complete { .. } = command {
+            let held = &self.inner.sql.complete_held_in_transaction;
+            if let Some(done) = self
+                .complete_held(conn, held, operation, key, command)
+                .await?
+            {
+                return Ok(done);
+            }
+        }
+        match self
+            .locked(conn, Scope::Caller, operation, key, command)
+            .await?
+        {
+            Locked::Decided(done) => Ok(done),
+            Locked::Insert => self.insert(conn, operation, key, command).await,
+        }
+    }
+
+    /// The complete of the caller's own live reservation as one `UPDATE` whose `WHERE` is
+    /// the owner and lease check; `None` if it matched no row (anything else: the locked
+    /// way decides).
+    async fn complete_held(
+        &self,
+        conn: &mut MySqlConnection,
+        statement: &Arc<str>,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+    ) -> Result<Option<Try>, StoreError> {
+        let Command::Complete {
+            owner,
+            result,
+            retention,
+            ..
+        } = command
+        else {
+            return Ok(None);
+        };
+        let counters = &self.inner.counters;
+        let (state, body) = result_columns(result);
+        let retention = millis(*retention);
+        counters.statements.fetch_add(1, Ordering::Relaxed);
+        let done = sqlx::query(AssertSqlSafe(Arc::clone(statement)))
+            .bind(state)
+            .bind(body)
+            .bind(retention)
+            .bind(operation.as_str().as_bytes())
+            .bind(key.as_str().as_bytes())
+            .bind(owner.to_bytes().as_slice())
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| StoreError::unavailable(command, failed(error)))?;
+        if done.rows_affected() != 1 {
+            return Ok(None);
+        }
+        counters.fast.fetch_add(1, Ordering::Relaxed);
+        let expires_at = i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX);
+        let now = instant(expires_at, retention);
+        Ok(Some(Try::Done(Reply::Completed(Completion::InTime), now)))
     }
 
     /// The locked way: the row read under its lock with the clock read after the lock, the

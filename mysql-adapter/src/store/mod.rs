@@ -24,7 +24,7 @@ use crate::sql::Statements;
 use crate::table::TableName;
 
 pub use builder::MySqlStoreBuilder;
-pub(crate) use command::{READ_COMMITTED, Scope};
+pub(crate) use command::Scope;
 
 /// The per-command timeout used when none is configured (1 s, the same for every store): a
 /// command that has not answered by then fails with [`StoreError::Unavailable`].
