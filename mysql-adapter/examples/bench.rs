@@ -18,6 +18,8 @@
 //! - `fresh`: `Coordinator::execute` through `MySqlStore` on a new key.
 //! - `raw_replay`: the store's reserve alone (`Store::apply`) on a key completed in `fresh`.
 //! - `replay`: `Coordinator::execute` on a key completed in `fresh`.
+//! - `fresh_1`, `raw_replay_1`, `replay_1`: the same with
+//!   `MySqlStoreBuilder::read_first(false)` (a reserve tries its `INSERT` first).
 //! - `tx_bare`: the caller's own transaction alone: `BEGIN`, `INSERT` of an order, `COMMIT`.
 //! - `tx_fresh`: the same transaction through `in_transaction`: the reserve (on its own),
 //!   then `SET` (the isolation level), `BEGIN`, the `INSERT`, the complete, `COMMIT`.
@@ -279,7 +281,7 @@ async fn idem_phases(
 
 async fn level(
     pool: &MySqlPool,
-    store: &MySqlStore,
+    stores: &[MySqlStore; 2],
     run_id: u64,
     round: u32,
     concurrency: usize,
@@ -355,11 +357,22 @@ async fn level(
         statements: 1.0,
     });
 
+    let [store, insert_first] = stores;
     phases.extend(
         idem_phases(
             store,
             ["fresh", "raw_replay", "replay"],
             key("idem"),
+            concurrency,
+            window,
+        )
+        .await,
+    );
+    phases.extend(
+        idem_phases(
+            insert_first,
+            ["fresh_1", "raw_replay_1", "replay_1"],
+            key("one"),
             concurrency,
             window,
         )
@@ -461,6 +474,11 @@ async fn bench(
         .command_timeout(Duration::from_secs(5))
         .build(pool.clone());
     store.migrate().await?;
+    let insert_first = MySqlStore::builder()
+        .command_timeout(Duration::from_secs(5))
+        .read_first(false)
+        .build(pool.clone());
+    let stores = [store, insert_first];
     sqlx::raw_sql(
         "CREATE TABLE bare LIKE idem_records; \
          CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, cart VARCHAR(16) NOT NULL) \
@@ -478,7 +496,7 @@ async fn bench(
         let slice = args.window / args.rounds;
         let mut phases: Vec<Phase> = Vec::new();
         for round in 0..args.rounds {
-            let slices = level(&pool, &store, run_id, round, concurrency, slice).await;
+            let slices = level(&pool, &stores, run_id, round, concurrency, slice).await;
             if phases.is_empty() {
                 phases = slices;
             } else {
@@ -507,10 +525,13 @@ async fn bench(
         };
         println!(
             "ratios at {concurrency}: fresh/bare_fresh {:.2}, replay/bare_replay {:.2}, \
-             raw_replay/bare_replay {:.2}, tx_fresh/tx_bare {:.2}",
+             raw_replay/bare_replay {:.2} (read first); fresh_1 {:.2}, replay_1 {:.2} \
+             (insert first); tx_fresh/tx_bare {:.2}",
             rate("fresh") / rate("bare_fresh"),
             rate("replay") / rate("bare_replay"),
             rate("raw_replay") / rate("bare_replay"),
+            rate("fresh_1") / rate("bare_fresh"),
+            rate("replay_1") / rate("bare_replay"),
             rate("tx_fresh") / rate("tx_bare"),
         );
     }

@@ -141,6 +141,26 @@ fn mariadb_agrees_with_the_record_machine() {
     drop(db);
 }
 
+/// The same with the insert tried first (`read_first(false)`): a live record is answered
+/// after a duplicate insert and a read.
+#[test]
+fn the_insert_first_reserve_agrees_with_the_record_machine() {
+    let runtime = runtime();
+    let db = runtime.block_on(TestDb::create());
+    let store = runtime.block_on(async {
+        let store = MySqlStore::builder()
+            .read_first(false)
+            .build(db.pool(2).await);
+        store.migrate().await.unwrap();
+        store
+    });
+    if let Err(failure) = check(&runtime, &store, 200) {
+        panic!("{failure}");
+    }
+    let stats = store.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0, "{stats:?}");
+}
+
 #[test]
 fn the_checker_catches_a_store_without_the_owner_check() {
     let runtime = runtime();

@@ -23,6 +23,7 @@ pub struct MySqlStoreBuilder {
     transaction_connections: u32,
     transaction_pool: Option<MySqlPool>,
     connect_timeout: Duration,
+    read_first: bool,
 }
 
 impl Default for MySqlStoreBuilder {
@@ -35,6 +36,7 @@ impl Default for MySqlStoreBuilder {
             transaction_connections: 16,
             transaction_pool: None,
             connect_timeout: Duration::from_secs(1),
+            read_first: true,
         }
     }
 }
@@ -110,6 +112,18 @@ impl MySqlStoreBuilder {
         self
     }
 
+    /// Whether a reserve first reads the key with a plain primary-key `SELECT` (default
+    /// on). A live record (a replay, key reuse, an identical request in flight) is then
+    /// answered by that one read, and a free key costs one statement more, its `INSERT`.
+    /// Off, a reserve tries the `INSERT` first: a fresh call saves the read, and a live
+    /// record costs the failed insert (a duplicate) and then the read. Either way the
+    /// replies are the record machine's.
+    #[must_use]
+    pub fn read_first(mut self, on: bool) -> Self {
+        self.read_first = on;
+        self
+    }
+
     /// A store on `pool`, whose connections keep their own settings. The table must exist
     /// ([`MySqlStore::migrate`]). Actions' transactions are begun on the
     /// [`transaction_pool`](Self::transaction_pool) if one was given, else on `pool` too.
@@ -129,6 +143,7 @@ impl MySqlStoreBuilder {
                 pool,
                 transactions,
                 command_timeout: self.command_timeout,
+                read_first: self.read_first,
                 counters: Counters::default(),
             }),
         }

@@ -165,6 +165,15 @@ impl MySqlStore {
             Command::Reserve {
                 owner, fingerprint, ..
             } => {
+                if !self.inner.read_first {
+                    // Insert first: a free key is granted by this one statement; a key that
+                    // holds a row is then read as below.
+                    if let done @ Try::Done(..) = self.insert(conn, operation, key, command).await?
+                    {
+                        counters.fast.fetch_add(1, Ordering::Relaxed);
+                        return Ok(done);
+                    }
+                }
                 let found = self
                     .read(conn, &self.inner.sql.peek, operation, key, command)
                     .await?;

@@ -80,6 +80,7 @@ struct Inner {
     table: TableName,
     sql: Statements,
     command_timeout: Duration,
+    read_first: bool,
     counters: Counters,
 }
 
