@@ -62,9 +62,13 @@
 //!   from it (a replay, key reuse, "in flight", the owner's own retry) and nothing is
 //!   written. A free key is granted by one `INSERT` ([`sql::INSERT_PENDING`]) that the
 //!   primary key makes atomic: of two callers one inserts, the other meets a duplicate and
-//!   reads again. An expired record is taken over the locked way.
+//!   reads again. An expired record is taken over the locked way. With
+//!   [`read_first(false)`](MySqlStoreBuilder::read_first) the `INSERT` is tried first, and a
+//!   duplicate is then read: a fresh call one statement shorter, a replay one longer.
 //! - **complete** of the caller's own live reservation is one `UPDATE` whose `WHERE` checks
-//!   the owner and the lease ([`sql::COMPLETE_HELD`]); anything else goes the locked way.
+//!   the owner and the lease ([`sql::COMPLETE_HELD`]; inside a caller's transaction
+//!   [`sql::COMPLETE_HELD_IN_TRANSACTION`], which also checks that the transaction is open at
+//!   READ COMMITTED); anything else goes the locked way.
 //! - **the locked way** (renew, release, read, and what the above left): `BEGIN`, the row
 //!   read `FOR UPDATE` (`LOCK IN SHARE MODE` for a read, which then waits for a caller's
 //!   transaction holding the row) with the clock read after the lock, the record machine's
