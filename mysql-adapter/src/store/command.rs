@@ -25,6 +25,11 @@ use crate::row::{Found, Unreadable, result_columns};
 /// `@@tx_isolation` spells it.
 pub(crate) const READ_COMMITTED: &str = "READ-COMMITTED";
 
+/// Why a command inside a caller's transaction ends when InnoDB broke a deadlock: the whole
+/// transaction was rolled back, and what follows on its connection would commit on its own.
+const ROLLED_BACK: &str =
+    "InnoDB broke a deadlock and rolled the caller's transaction back: nothing was committed";
+
 /// Where a command runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
@@ -168,18 +173,25 @@ impl MySqlStore {
                 if !self.inner.read_first {
                     // Insert first: a free key is granted by this one statement; a key that
                     // holds a row is then read as below.
-                    if let done @ Try::Done(..) = self.insert(conn, operation, key, command).await?
+                    if let done @ Try::Done(..) = self
+                        .insert(conn, Scope::Own, operation, key, command)
+                        .await?
                     {
                         counters.fast.fetch_add(1, Ordering::Relaxed);
                         return Ok(done);
                     }
                 }
-                let found = self
+                let Some(found) = self
                     .read(conn, &self.inner.sql.peek, operation, key, command)
-                    .await?;
+                    .await?
+                else {
+                    return Ok(Try::Raced);
+                };
                 match &found.record {
                     None => {
-                        let done = self.insert(conn, operation, key, command).await?;
+                        let done = self
+                            .insert(conn, Scope::Own, operation, key, command)
+                            .await?;
                         if let Try::Done(..) = done {
                             counters.fast.fetch_add(1, Ordering::Relaxed);
                         }
@@ -231,7 +243,7 @@ impl MySqlStore {
                 tx.rollback()
                     .await
                     .map_err(|error| StoreError::unavailable(command, failed(error)))?;
-                self.insert(conn, operation, key, command).await
+                self.insert(conn, Scope::Own, operation, key, command).await
             }
         }
     }
@@ -261,7 +273,10 @@ impl MySqlStore {
             .await?
         {
             Locked::Decided(done) => Ok(done),
-            Locked::Insert => self.insert(conn, operation, key, command).await,
+            Locked::Insert => {
+                self.insert(conn, Scope::Caller, operation, key, command)
+                    .await
+            }
         }
     }
 
@@ -323,10 +338,11 @@ impl MySqlStore {
             Command::Read => &sql.shared,
             _ => &sql.locked,
         };
-        let found = match self.read(conn, statement, operation, key, command).await {
-            Ok(found) => found,
-            Err(Raced::Raced) => return Ok(Locked::Decided(Try::Raced)),
-            Err(Raced::Failed(error)) => return Err(error),
+        let Some(found) = self.read(conn, statement, operation, key, command).await? else {
+            if scope == Scope::Caller {
+                return Err(StoreError::unavailable(command, ROLLED_BACK));
+            }
+            return Ok(Locked::Decided(Try::Raced));
         };
         if scope == Scope::Caller {
             // The record joins the caller's transaction only if there is one, at the
@@ -467,6 +483,7 @@ impl MySqlStore {
     async fn insert(
         &self,
         conn: &mut MySqlConnection,
+        scope: Scope,
         operation: &Operation,
         key: &Key,
         command: &Command,
@@ -518,7 +535,8 @@ impl MySqlStore {
         };
         let row: MySqlRow = match query.fetch_one(&mut *conn).await {
             Ok(row) => row,
-            Err(error) if matches!(server_errno(&error), Some(DUPLICATE_KEY | DEADLOCK)) => {
+            Err(error) if server_errno(&error) == Some(DUPLICATE_KEY) => return Ok(Try::Raced),
+            Err(error) if server_errno(&error) == Some(DEADLOCK) && scope == Scope::Own => {
                 return Ok(Try::Raced);
             }
             Err(error) => return Err(StoreError::unavailable(command, failed(error))),
@@ -539,8 +557,9 @@ impl MySqlStore {
         Ok(Try::Done(reply, now))
     }
 
-    /// One read of the key (a peek or a locked read), decoded; a row this adapter did not
-    /// write is [`StoreError::Corrupt`].
+    /// One read of the key (a peek or a locked read), decoded; `None` if InnoDB broke a
+    /// deadlock on it (a race: nothing was written). A row this adapter did not write is
+    /// [`StoreError::Corrupt`].
     async fn read(
         &self,
         conn: &mut MySqlConnection,
@@ -548,7 +567,7 @@ impl MySqlStore {
         operation: &Operation,
         key: &Key,
         command: &Command,
-    ) -> Result<Found, Raced> {
+    ) -> Result<Option<Found>, StoreError> {
         self.inner
             .counters
             .statements
@@ -560,47 +579,24 @@ impl MySqlStore {
             .await
         {
             Ok(row) => row,
-            Err(error) if server_errno(&error) == Some(DEADLOCK) => return Err(Raced::Raced),
-            Err(error) => return Err(StoreError::unavailable(command, failed(error)).into()),
+            Err(error) if server_errno(&error) == Some(DEADLOCK) => return Ok(None),
+            Err(error) => return Err(StoreError::unavailable(command, failed(error))),
         };
-        Found::from_row(&row).map_err(|unreadable| match unreadable {
-            Unreadable::Corrupt(detail) => StoreError::Corrupt {
+        match Found::from_row(&row) {
+            Ok(found) => Ok(Some(found)),
+            Err(Unreadable::Corrupt(detail)) => Err(StoreError::Corrupt {
                 key: self.describe(operation, key),
                 detail,
+            }),
+            Err(Unreadable::Unexpected(error)) => {
+                Err(StoreError::unavailable(command, failed(error)))
             }
-            .into(),
-            Unreadable::Unexpected(error) => StoreError::unavailable(command, failed(error)).into(),
-        })
+        }
     }
 
     /// How a record is named in errors and logs: the table, the operation and the key.
     pub(crate) fn describe(&self, operation: &Operation, key: &Key) -> String {
         format!("{} ({operation}, {key})", self.inner.table)
-    }
-}
-
-/// A read that failed, or that InnoDB rolled back to break a deadlock (a race: nothing was
-/// written).
-pub(crate) enum Raced {
-    Raced,
-    Failed(StoreError),
-}
-
-impl From<StoreError> for Raced {
-    fn from(error: StoreError) -> Self {
-        Raced::Failed(error)
-    }
-}
-
-impl From<Raced> for StoreError {
-    fn from(raced: Raced) -> Self {
-        match raced {
-            Raced::Failed(error) => error,
-            Raced::Raced => StoreError::Unavailable {
-                command: idem_core::record::CommandKind::Read,
-                source: "a deadlock broken by InnoDB".into(),
-            },
-        }
     }
 }
 
