@@ -581,3 +581,50 @@ async fn keys_and_operations_at_their_limits_are_stored_verbatim() {
     assert!(keys.contains(&long_key.as_bytes().to_vec()));
     assert_eq!(keys.len(), 3, "keys differing in case only are two records");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_leases_are_capped_and_stay_readable() {
+    let db = TestDb::create().await;
+    let store = db.store(2).await;
+    let (o, k) = (op("payment.charge"), key("forever"));
+    let forever = Duration::from_secs(u64::MAX / 2);
+    let cap = Duration::from_millis(idem_mysql::MAX_DURATION_MS);
+    let (reply, at) = store
+        .apply_timed(
+            &o,
+            &k,
+            Command::Reserve {
+                owner: owner(1),
+                fingerprint: fp(1),
+                lease: forever,
+            },
+        )
+        .await
+        .unwrap();
+    let Reply::Reserved(grant) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(grant.lease_until, Some(at.saturating_add(cap)));
+    // The locked way (a renew) caps the same way.
+    let (reply, at) = store
+        .apply_timed(
+            &o,
+            &k,
+            Command::Renew {
+                owner: owner(1),
+                lease: forever,
+            },
+        )
+        .await
+        .unwrap();
+    let Reply::Renewed(renewal) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(renewal.lease_until, Some(at.saturating_add(cap)));
+    match store.apply(&o, &k, Command::Read).await.unwrap() {
+        Reply::Read(Some(Record::Pending { lease_until, .. })) => {
+            assert_eq!(Some(lease_until), renewal.lease_until);
+        }
+        other => panic!("{other:?}"),
+    }
+}

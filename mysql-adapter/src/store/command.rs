@@ -365,6 +365,7 @@ impl MySqlStore {
             }
         }
         let now = found.now;
+        let command = &capped(command);
         let Some(stored) = found.record else {
             return Ok(match command {
                 Command::Reserve { .. } | Command::Complete { .. } => Locked::Insert,
@@ -644,6 +645,19 @@ impl Drop for InFlight {
             self.conn.close_on_drop();
         }
     }
+}
+
+/// `command` with its lease or retention cut to [`MAX_DURATION_MS`] (and to whole
+/// milliseconds), as the single statements cut it, so that every deadline fits its column.
+fn capped(command: &Command) -> Command {
+    let cap = |d: &Duration| Duration::from_millis(u64::try_from(millis(*d)).unwrap_or(0));
+    let mut command = command.clone();
+    match &mut command {
+        Command::Reserve { lease, .. } | Command::Renew { lease, .. } => *lease = cap(lease),
+        Command::Complete { retention, .. } => *retention = cap(retention),
+        Command::Release { .. } | Command::Read => {}
+    }
+    command
 }
 
 /// A duration in whole milliseconds, at most [`MAX_DURATION_MS`].
