@@ -1,7 +1,7 @@
 //! Differential test on MariaDB: random command sequences, with time moving, applied to
 //! the core's record machine and to MariaDB through the adapter; every reply must agree,
-//! step for step, judged at the server instant each command reports (the checker is in
-//! `support/differential.rs`).
+//! step for step, judged at the server instant each command reports (the checker is the
+//! conformance kit's differential check, `idem_conformance`).
 //!
 //! The checker is shown to catch bugs: deliberately broken stores (commands without the
 //! owner check, without the fingerprint check, with expiry judged by the client's clock, and
@@ -14,11 +14,35 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use idem::StoreError;
+use idem_conformance::{Check, Config, Subject, Timing, Verdict, run};
 use idem_core::record::{Command, Record, Reply};
 use idem_core::{Fence, Key, Operation, Timestamp};
 use idem_mysql::MySqlStore;
 use support::TestDb;
-use support::differential::{TimedStore, check};
+use support::subject::OnMySql;
+
+/// Runs `cases` random sequences of the kit's differential check; the first divergence,
+/// shrunk, with its history, is the error.
+fn check<S: Subject>(
+    runtime: &tokio::runtime::Runtime,
+    subject: &S,
+    cases: u32,
+) -> Result<(), String> {
+    let config = Config {
+        cases,
+        checks: vec![Check::Differential],
+        ..Config::default()
+    };
+    let report = runtime.block_on(run("MariaDB", subject, &config));
+    match report
+        .result(Check::Differential)
+        .map(|result| &result.verdict)
+    {
+        Some(Verdict::Passed(_)) => Ok(()),
+        Some(Verdict::Failed(divergence)) => Err(divergence.to_string()),
+        _ => Err(format!("the differential check did not run: {report}")),
+    }
+}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -38,13 +62,23 @@ async fn holder(store: &MySqlStore, operation: &Operation, key: &Key) -> Option<
 /// and release act for whoever holds the key).
 struct NoOwnerCheck(MySqlStore);
 
-impl TimedStore for NoOwnerCheck {
+impl Subject for NoOwnerCheck {
+    type Store = MySqlStore;
+
+    fn store(&self) -> &MySqlStore {
+        &self.0
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.0.now().await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         mut command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         if let Some(record) = holder(&self.0, operation, key).await {
             match &mut command {
                 Command::Complete { owner, .. }
@@ -53,26 +87,38 @@ impl TimedStore for NoOwnerCheck {
                 _ => {}
             }
         }
-        self.0.apply_timed(operation, key, command).await
+        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
+        Ok((reply, Timing::At(now)))
     }
 }
 
 /// Broken on purpose: as if the reserve did not compare fingerprints.
 struct NoFingerprintCheck(MySqlStore);
 
-impl TimedStore for NoFingerprintCheck {
+impl Subject for NoFingerprintCheck {
+    type Store = MySqlStore;
+
+    fn store(&self) -> &MySqlStore {
+        &self.0
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.0.now().await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         mut command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         if let (Some(record), Command::Reserve { fingerprint, .. }) =
             (holder(&self.0, operation, key).await, &mut command)
         {
             *fingerprint = record.fingerprint();
         }
-        self.0.apply_timed(operation, key, command).await
+        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
+        Ok((reply, Timing::At(now)))
     }
 }
 
@@ -83,13 +129,23 @@ struct FirstFenceForever {
     first: Mutex<HashMap<(Operation, Key), Fence>>,
 }
 
-impl TimedStore for FirstFenceForever {
+impl Subject for FirstFenceForever {
+    type Store = MySqlStore;
+
+    fn store(&self) -> &MySqlStore {
+        &self.store
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.store.now().await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
         if let Reply::Reserved(grant) = &mut reply
             && let Some(fence) = grant.fence
@@ -101,7 +157,7 @@ impl TimedStore for FirstFenceForever {
                     .or_insert(fence),
             );
         }
-        Ok((reply, now))
+        Ok((reply, Timing::At(now)))
     }
 }
 
@@ -109,17 +165,27 @@ impl TimedStore for FirstFenceForever {
 /// store that judged expiry by a client clock running behind would.
 struct SkewedClock(MySqlStore);
 
-impl TimedStore for SkewedClock {
+impl Subject for SkewedClock {
+    type Store = MySqlStore;
+
+    fn store(&self) -> &MySqlStore {
+        &self.0
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.0.now().await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         let (reply, now) = self.0.apply_timed(operation, key, command).await?;
         Ok((
             reply,
-            Timestamp::from_millis(now.as_millis().saturating_sub(20)),
+            Timing::At(Timestamp::from_millis(now.as_millis().saturating_sub(20))),
         ))
     }
 }
@@ -132,7 +198,7 @@ fn mariadb_agrees_with_the_record_machine() {
         let store = db.store(2).await;
         (db, store)
     });
-    if let Err(failure) = check(&runtime, &store, 200) {
+    if let Err(failure) = check(&runtime, &OnMySql(store.clone()), 200) {
         panic!("{failure}");
     }
     let stats = store.stats();
@@ -154,7 +220,7 @@ fn the_insert_first_reserve_agrees_with_the_record_machine() {
         store.migrate().await.unwrap();
         store
     });
-    if let Err(failure) = check(&runtime, &store, 200) {
+    if let Err(failure) = check(&runtime, &OnMySql(store.clone()), 200) {
         panic!("{failure}");
     }
     let stats = store.stats();
@@ -167,7 +233,7 @@ fn the_checker_catches_a_store_without_the_owner_check() {
     let db = runtime.block_on(TestDb::create());
     let store = runtime.block_on(db.store(2));
     let failure = check(&runtime, &NoOwnerCheck(store), 256).expect_err("must be caught");
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
@@ -176,7 +242,7 @@ fn the_checker_catches_a_store_without_the_fingerprint_check() {
     let db = runtime.block_on(TestDb::create());
     let store = runtime.block_on(db.store(2));
     let failure = check(&runtime, &NoFingerprintCheck(store), 256).expect_err("must be caught");
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
@@ -185,7 +251,7 @@ fn the_checker_catches_expiry_judged_by_another_clock() {
     let db = runtime.block_on(TestDb::create());
     let store = runtime.block_on(db.store(2));
     let failure = check(&runtime, &SkewedClock(store), 256).expect_err("must be caught");
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]

@@ -21,12 +21,14 @@
 //!
 //! And, with the `postgres` feature, `postgres`: the PostgreSQL harness the store's and the
 //! HTTP layer's tests share (a database per test, a private server to stop and start); and,
-//! always, [`redis`] (`redis-server` processes and a Cluster) and [`net`] (free ports): one
+//! with the `mysql` feature, `mysql`: a MariaDB database per test; and always, [`redis`] (`redis-server` processes and a Cluster) and [`net`] (free ports): one
 //! harness per server, for every crate whose tests start one.
 
 pub mod caller;
 pub mod coverage;
 pub mod model_check;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 pub mod net;
 pub mod platform;
 #[cfg(feature = "postgres")]

@@ -11,8 +11,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection, PgConnection, PgPool};
@@ -25,19 +23,7 @@ pub fn admin_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
 }
 
-/// A name no other test, run or process uses at the same time.
-fn unique_name(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "{prefix}_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub(crate) use crate::net::unique_name;
 
 /// A database of one test's own, dropped (with every connection to it) when this drops.
 #[derive(Debug)]

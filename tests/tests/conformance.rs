@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+#[path = "../../mysql-adapter/tests/support/subject.rs"]
+mod mysql_subject;
 #[path = "../../postgres-adapter/tests/support/subject.rs"]
 mod postgres_subject;
 #[path = "../../redis-adapter/tests/support/subject.rs"]
@@ -19,10 +21,12 @@ mod redis_subject;
 use idem::MemoryStore;
 use idem_conformance::broken::{BrokenStore, Flaw};
 use idem_conformance::{Check, Config, Report, run};
+use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
 use idem_tests::postgres::TestDb;
 use idem_tests::redis::{RedisCluster, RedisServer};
+use mysql_subject::OnMySql;
 use postgres_subject::OnPostgres;
 use redis_subject::OnRedis;
 
@@ -97,6 +101,22 @@ fn postgres_conforms() {
         store.migrate().await.expect("migrate");
         let subject = OnPostgres { store, pool };
         let report = run("PostgreSQL", &subject, &Config::default()).await;
+        conforms(&report);
+        assert!(report.skipped().next().is_none(), "{report}");
+        drop(subject);
+        drop(db);
+    });
+}
+
+#[test]
+fn mariadb_conforms() {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let db = idem_tests::mysql::TestDb::create().await;
+        let store = MySqlStore::builder().build(db.pool(4).await);
+        store.migrate().await.expect("migrate");
+        let subject = OnMySql(store);
+        let report = run("MariaDB", &subject, &Config::default()).await;
         conforms(&report);
         assert!(report.skipped().next().is_none(), "{report}");
         drop(subject);

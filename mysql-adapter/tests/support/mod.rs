@@ -1,70 +1,35 @@
-//! Test harness: a database of each test's own on the MariaDB at [`admin_url`] (a random
-//! name, dropped when the test ends, passed or failed), a store on it, and the business
-//! table of the transactional tests.
+//! Test harness: idem-tests's MariaDB harness (a database of each test's own, dropped when the
+//! test ends, passed or failed; `idem_tests::mysql`), with a store on a test's database, and
+//! the business table of the transactional tests.
 
 #![allow(dead_code, unused_imports)]
 
-pub mod differential;
+pub mod subject;
 
-use std::time::Duration;
+use std::ops::Deref;
 
 use idem_mysql::MySqlStore;
-use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use sqlx::{AssertSqlSafe, MySqlConnection};
+use sqlx::MySqlConnection;
+use sqlx::mysql::MySqlPool;
 
-/// The server the tests use when `IDEM_MYSQL_URL` does not name another.
-pub const DEFAULT_URL: &str = "mysql://root@127.0.0.1:3306";
+pub use idem_tests::mysql::{DEFAULT_URL, admin_url};
 
-/// The server's URL, without a database.
-pub fn admin_url() -> String {
-    std::env::var("IDEM_MYSQL_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-}
-
-/// A database of one test's own, dropped when this drops.
+/// A database of one test's own ([`idem_tests::mysql::TestDb`]), dropped when this drops.
 #[derive(Debug)]
-pub struct TestDb {
-    name: String,
-    url: String,
+pub struct TestDb(idem_tests::mysql::TestDb);
+
+impl Deref for TestDb {
+    type Target = idem_tests::mysql::TestDb;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl TestDb {
-    /// Creates a database with a random name.
+    /// Creates a database with a unique name.
     pub async fn create() -> Self {
-        let name = format!("idem_test_{:016x}", rand::random::<u64>());
-        let admin = admin_url();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(&admin)
-            .await
-            .expect("MariaDB answers at IDEM_MYSQL_URL (default mysql://root@127.0.0.1:3306)");
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
-            .execute(&pool)
-            .await
-            .expect("create the test database");
-        pool.close().await;
-        let url = format!("{}/{name}", admin.trim_end_matches('/'));
-        Self { name, url }
-    }
-
-    /// The database's URL.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    /// The database's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// A pool of `size` connections on the database.
-    pub async fn pool(&self, size: u32) -> MySqlPool {
-        MySqlPoolOptions::new()
-            .max_connections(size)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(&self.url)
-            .await
-            .expect("connect to the test database")
+        Self(idem_tests::mysql::TestDb::create().await)
     }
 
     /// A store on a pool of `size` connections, its table migrated.
@@ -72,33 +37,6 @@ impl TestDb {
         let store = MySqlStore::builder().build(self.pool(size).await);
         store.migrate().await.expect("migrate");
         store
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        // Dropped from inside a runtime: the drop runs on a thread of its own.
-        let name = self.name.clone();
-        let admin = admin_url();
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(async move {
-                if let Ok(pool) = MySqlPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                {
-                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{name}`")))
-                        .execute(&pool)
-                        .await;
-                    pool.close().await;
-                }
-            });
-        });
-        let _ = dropped.join();
     }
 }
 
