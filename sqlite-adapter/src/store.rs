@@ -7,10 +7,11 @@
 //! (and the fence counter, for a grant), and commits. Because the lock is taken before the
 //! row is read, no other writer (in this process or another sharing the file) can change
 //! the row between the read and the write: the command is atomic per key, and in fact per
-//! file. A reserve or read is first answered from a plain read, outside any write
+//! file. A reserve is first answered from a plain read, outside any write
 //! transaction, when the record machine would write nothing (a live record: replay, key
 //! reuse, in flight, the holder's own repeat); only a free or expired key goes on to the
-//! write transaction.
+//! write transaction. A read command always takes the write lock, so that it waits for a
+//! commit in progress, as the settlement of a lost commit reply needs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -191,11 +192,11 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// Whether a reserve or read first reads the key outside a write transaction (default
-    /// on): a live record (a replay, key reuse, an identical request in flight) is then
-    /// answered without taking the write lock, so replays run in parallel with writers.
-    /// Off, every command takes the write lock. Either way the replies are the record
-    /// machine's.
+    /// Whether a reserve first reads the key outside a write transaction (default on): a
+    /// live record (a replay, key reuse, an identical request in flight) is then answered
+    /// without taking the write lock, so replays run in parallel with writers. Off, every
+    /// command takes the write lock. A read command always takes it, so that it waits for a
+    /// commit in progress. Either way the replies are the record machine's.
     #[must_use]
     pub fn read_first(mut self, on: bool) -> Self {
         self.read_first = on;
@@ -422,7 +423,10 @@ impl SqliteStore {
     ) -> Result<(Reply, Timestamp), StoreError> {
         let kind = command.kind();
         let pool = &self.inner.pool;
-        if self.inner.read_first && matches!(kind, CommandKind::Reserve | CommandKind::Read) {
+        // A read command is never answered this way: it takes the write lock, so that it
+        // waits for a commit in progress (a transactional complete whose reply was lost is
+        // settled by a read, which must see that commit's outcome, not the state before it).
+        if self.inner.read_first && kind == CommandKind::Reserve {
             let conn = pool
                 .acquire()
                 .await

@@ -238,3 +238,66 @@ async fn an_open_transaction_holds_writers_but_not_replays() {
     assert!(waited >= Duration::from_millis(250), "{waited:?}");
     assert_eq!(orders(&store).await, 0);
 }
+
+/// A read waits for a transaction in progress and sees its outcome: how the attempt settles
+/// a complete whose commit reply was lost (MODEL.md, "Effects that commit with the
+/// record"). Read before the commit, it would find the call's own reservation and take it
+/// for "not committed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_waits_for_a_commit_in_progress_and_sees_it() {
+    let dir = TempDir::new();
+    let store = store(&dir).await;
+    create_orders(&store).await;
+    let (operation, key) = (
+        Operation::new("order.create").unwrap(),
+        Key::new("k-1").unwrap(),
+    );
+    let owner = OwnerToken::from_u128(1);
+    store
+        .apply_timed(
+            &operation,
+            &key,
+            Command::Reserve {
+                owner,
+                fingerprint: fingerprint(),
+                lease: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
+    let mut tx = store.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders (cart) VALUES ('c-1')")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let read = {
+        let (store, operation, key) = (store.clone(), operation.clone(), key.clone());
+        tokio::spawn(async move { store.apply_timed(&operation, &key, Command::Read).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !read.is_finished(),
+        "the read did not wait for the open transaction"
+    );
+    let done = tx
+        .complete(
+            operation.clone(),
+            key.clone(),
+            Command::Complete {
+                owner,
+                fingerprint: fingerprint(),
+                result: StoredResult::NotStored,
+                retention: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done, Reply::Completed(Completion::InTime));
+    match read.await.unwrap().unwrap().0 {
+        Reply::Read(Some(idem_core::record::Record::Completed { owner: got, .. })) => {
+            assert_eq!(got, owner)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(orders(&store).await, 1);
+}
