@@ -1,7 +1,74 @@
 //! idem's records in an SQLite file: the store for a single-node service whose idempotency
 //! records must survive a restart of its process, with no server to run.
 //!
-//! See the crate's store, [`SqliteStore`], and MODEL.md, section "SQLite (idem-sqlite)".
+//! [`SqliteStore`] implements the driver's [`idem::Store`]: the record machine of
+//! `idem-core`, one row per record in one table of a file opened in WAL mode. Each command
+//! that may write is **one `BEGIN IMMEDIATE` transaction**: the file's write lock is taken
+//! before the row is read, the host's clock is read once, the core's
+//! [`apply_fenced`](idem_core::record::apply_fenced) decides, and exactly its write is made
+//! and committed. A reserve of a live record (a replay, key reuse, "in flight") is answered
+//! from a plain read, which WAL runs beside the writer. [`in_transaction`] runs an action
+//! whose effect is writes in the same file inside a transaction that the record's complete
+//! joins: the writes commit together with the record of their result, or not at all.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use idem::{Coordinator, Fingerprint, Options};
+//! use idem_sqlite::SqliteStore;
+//!
+//! let store = SqliteStore::open("payments.db").await?; // created if missing
+//! store.migrate().await?; // once, at start-up: creates `idem_records` if it is missing
+//! let payments = Coordinator::new(store, Options::default());
+//! let fingerprint = Fingerprint::builder().field("amount", 100).finish()?;
+//! let charge = payments
+//!     .execute("payment.charge", "key-1", fingerprint, |claim| async move {
+//!         Ok::<_, std::io::Error>(format!("ch_for_{}", claim.key()))
+//!     })
+//!     .await?;
+//! # let _ = charge;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # The table
+//!
+//! `idem_records` (or the [`TableName`] given), `STRICT`, created by
+//! [`SqliteStore::migrate`] from `sql/migrate.sql`:
+//!
+//! | column | type | holds |
+//! |---|---|---|
+//! | `operation`, `key` | `BLOB`, the primary key | the record's name, byte for byte (I12) |
+//! | `state` | `INTEGER` | 1 pending, 2 completed with a value, 3 completed without it, 4 panicked |
+//! | `owner` | `BLOB`, 16 bytes | the owner token |
+//! | `fingerprint` | `BLOB`, 32 bytes | the request's SHA-256 |
+//! | `body` | `BLOB`, NULL unless state 2 | the stored value |
+//! | `expires_at` | `INTEGER` | the lease's or the retention's end, in milliseconds since the Unix epoch on the host's clock |
+//! | `fence` | `INTEGER`, pending records only | the grant's fence (MODEL.md F1) |
+//!
+//! an index on `expires_at` for the sweeper, and the fence counter `{table}_fence` (one
+//! row: the last fence granted in the file, written in each grant's transaction).
+//!
+//! # What it guarantees
+//!
+//! - **Atomic per key, by the file's write lock.** No other writer, in this process or
+//!   another on the same host, can change a row between a command's read and its write.
+//!   Writers of one process queue on the store's own lock; writers of other processes meet
+//!   SQLite's lock and the busy timeout.
+//! - **The host's clock** judges leases and retention (rule 10): every process sharing the
+//!   file reads the same clock. A step of the wall clock moves every lease at once.
+//! - **Fences on every grant** (F1), rising across releases, expiries and reopening.
+//! - **Durability per [`Synchronous`]:** `Full` (the default) survives a power loss,
+//!   `Normal` a process crash only.
+//! - A row the adapter did not write is [`idem::StoreError::Corrupt`] for every command and
+//!   is never changed; `SQLITE_BUSY` past the busy timeout, an I/O error, a missing table
+//!   or the command timeout is [`idem::StoreError::Unavailable`].
+//!
+//! **Change notices:** this store does not implement [`idem::Store::changed`]: a caller
+//! waiting for an identical request reserves again at its jittered backoff, which is
+//! correct, only slower.
+//!
+//! The whole account (single writer, durability, multi-process, what differs from
+//! PostgreSQL) is in MODEL.md, section "SQLite (idem-sqlite)".
 
 mod error;
 mod row;
