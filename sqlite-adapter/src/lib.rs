@@ -84,7 +84,7 @@ pub use sqlx;
 pub use error::{CommandTimeout, SqliteError};
 pub use row::VALID;
 pub use store::{
-    DEFAULT_COMMAND_TIMEOUT, SqliteStore, SqliteStoreBuilder, StoreStats, Synchronous,
+    DEFAULT_COMMAND_TIMEOUT, MAX_BATCH, SqliteStore, SqliteStoreBuilder, StoreStats, Synchronous,
 };
 pub use table::{DEFAULT_TABLE, TableName, TableNameError};
 pub use transaction::{RecordTransaction, in_transaction, in_transaction_with_provenance};

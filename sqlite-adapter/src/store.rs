@@ -14,8 +14,8 @@
 //! commit in progress, as the settlement of a lost commit reply needs.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem::{BoxError, Store, StoreError};
@@ -26,7 +26,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{AssertSqlSafe, Connection, Sqlite, SqliteConnection};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::error::{ClockBeforeEpoch, CommandTimeout, DeadlineOutOfRange, SqliteError, failed};
 use crate::row::{Columns, Found};
@@ -67,8 +67,12 @@ pub struct StoreStats {
     pub commands: u64,
     /// Commands answered from a plain read, without a write transaction.
     pub read_only: u64,
-    /// Write transactions run (on the pool, or a complete inside a caller's transaction).
+    /// Commands decided inside a write transaction (on the pool, or a complete inside a
+    /// caller's transaction). With group commit, several share one transaction.
     pub write_transactions: u64,
+    /// Group commits: write transactions the writer task committed, each of one or more
+    /// commands.
+    pub batches: u64,
     /// Commands that ended in [`StoreError::Unavailable`]: their outcome is unknown.
     pub unavailable: u64,
     /// Commands refused because the row is not one this adapter wrote.
@@ -82,6 +86,7 @@ struct Counters {
     commands: AtomicU64,
     read_only: AtomicU64,
     write_transactions: AtomicU64,
+    batches: AtomicU64,
     unavailable: AtomicU64,
     corrupt: AtomicU64,
     swept: AtomicU64,
@@ -113,6 +118,9 @@ pub(crate) struct Inner {
     /// lock with its busy handler's sleeps. Writers of other processes meet the file lock
     /// and the busy timeout.
     pub(crate) writer: Arc<Mutex<()>>,
+    /// The queue of the writer task that group-commits (`None`: each command commits on
+    /// its own).
+    jobs: Option<mpsc::UnboundedSender<Job>>,
     counters: Counters,
 }
 
@@ -125,6 +133,7 @@ pub struct SqliteStoreBuilder {
     max_connections: u32,
     synchronous: Synchronous,
     read_first: bool,
+    group_commit: bool,
 }
 
 impl Default for SqliteStoreBuilder {
@@ -136,6 +145,7 @@ impl Default for SqliteStoreBuilder {
             max_connections: 4,
             synchronous: Synchronous::Full,
             read_first: true,
+            group_commit: true,
         }
     }
 }
@@ -203,6 +213,24 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Whether the store's writes go through one writer task that commits the commands
+    /// queued meanwhile together, in one write transaction (default on). Each command is
+    /// still decided alone, in order, by the record machine on the state the ones before it
+    /// left, and is answered only once the transaction has committed; what the batch
+    /// shares is the commit, and with `Synchronous::Full` its `fsync`, so fresh calls from
+    /// concurrent callers cost one commit between them instead of one each. The price: one
+    /// command's I/O failure fails the others in its batch (answered unavailable, their
+    /// outcome unknown, as for any I/O failure). Off, each command commits on its own.
+    ///
+    /// The writer task runs on the tokio runtime [`open`](Self::open) is called on: the
+    /// store must be used while that runtime runs (a command after it shut down is
+    /// answered unavailable).
+    #[must_use]
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.group_commit = on;
+        self
+    }
+
     /// Opens (creating it if missing) the database file at `path` in WAL mode, opening one
     /// connection now so that a path that cannot be opened shows at start-up. The table
     /// must exist ([`SqliteStore::migrate`]).
@@ -223,18 +251,27 @@ impl SqliteStoreBuilder {
             .acquire_timeout(self.command_timeout)
             .connect_with(options)
             .await?;
-        Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                pool,
-                sql: Statements::new(&self.table),
-                table: self.table,
-                path,
-                command_timeout: self.command_timeout,
-                read_first: self.read_first,
-                writer: Arc::new(Mutex::new(())),
-                counters: Counters::default(),
-            }),
-        })
+        let (jobs, queue) = if self.group_commit {
+            let (jobs, queue) = mpsc::unbounded_channel();
+            (Some(jobs), Some(queue))
+        } else {
+            (None, None)
+        };
+        let inner = Arc::new(Inner {
+            pool,
+            sql: Statements::new(&self.table),
+            table: self.table,
+            path,
+            command_timeout: self.command_timeout,
+            read_first: self.read_first,
+            writer: Arc::new(Mutex::new(())),
+            jobs,
+            counters: Counters::default(),
+        });
+        if let Some(queue) = queue {
+            tokio::spawn(writer(Arc::downgrade(&inner), queue));
+        }
+        Ok(SqliteStore { inner })
     }
 }
 
@@ -329,6 +366,7 @@ impl SqliteStore {
             commands: c.commands.load(Ordering::Relaxed),
             read_only: c.read_only.load(Ordering::Relaxed),
             write_transactions: c.write_transactions.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
             unavailable: c.unavailable.load(Ordering::Relaxed),
             corrupt: c.corrupt.load(Ordering::Relaxed),
             swept: c.swept.load(Ordering::Relaxed),
@@ -448,6 +486,34 @@ impl SqliteStore {
                 return Ok((transition.reply, now));
             }
         }
+        match &self.inner.jobs {
+            Some(jobs) => {
+                let (reply, replied) = oneshot::channel();
+                let job = Job {
+                    operation: operation.clone(),
+                    key: key.clone(),
+                    command,
+                    reply,
+                };
+                jobs.send(job)
+                    .map_err(|_| unavailable(kind, WriterStopped))?;
+                replied
+                    .await
+                    .unwrap_or_else(|_| Err(unavailable(kind, WriterStopped)))
+            }
+            None => self.write_one(operation, key, command).await,
+        }
+    }
+
+    /// One command in a write transaction of its own (without group commit).
+    async fn write_one(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let kind = command.kind();
+        let pool = &self.inner.pool;
         let _writer = self.inner.writer.lock().await;
         let conn = pool
             .acquire()
@@ -578,7 +644,140 @@ impl SqliteStore {
             detail,
         })
     }
+
+    /// Runs a batch of queued commands in one write transaction (group commit): each
+    /// command reads the state the ones before it left, reads the clock and decides with
+    /// the record machine, exactly as alone; the replies are sent only once the transaction
+    /// has committed. A command refused as corrupt writes nothing and the others go on; any
+    /// other failure rolls the whole batch back and every command in it is answered
+    /// unavailable (its outcome unknown to its caller: a commit may have landed).
+    async fn write_batch(&self, batch: Vec<Job>) {
+        let timeout = self.inner.command_timeout;
+        let mut replies = Vec::with_capacity(batch.len());
+        let done = tokio::time::timeout(timeout, self.apply_batch(batch, &mut replies)).await;
+        let failure: Option<BoxError> = match done {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error),
+            Err(_) => Some(Box::new(CommandTimeout(timeout))),
+        };
+        let shared = failure.map(|error| Arc::new(error.to_string()));
+        for (reply, kind, result) in replies {
+            let result = match &shared {
+                None => result,
+                Some(error) => Err(unavailable(kind, BatchFailed(Arc::clone(error)))),
+            };
+            let _ = reply.send(result);
+        }
+    }
+
+    async fn apply_batch(
+        &self,
+        batch: Vec<Job>,
+        replies: &mut Vec<(oneshot::Sender<Answer>, CommandKind, Answer)>,
+    ) -> Result<(), BoxError> {
+        let not_run = |kind| Err(unavailable(kind, WriterStopped));
+        let _writer = self.inner.writer.lock().await;
+        let conn = self.inner.pool.acquire().await.map_err(failed);
+        let mut pending = Vec::new();
+        for job in batch {
+            let kind = job.command.kind();
+            pending.push((job, kind));
+        }
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(error) => {
+                for (job, kind) in pending {
+                    replies.push((job.reply, kind, not_run(kind)));
+                }
+                return Err(error);
+            }
+        };
+        let mut conn = InFlight::new(conn);
+        let mut tx = match conn.conn.begin_with("BEGIN IMMEDIATE").await {
+            Ok(tx) => tx,
+            Err(error) => {
+                for (job, kind) in pending {
+                    replies.push((job.reply, kind, not_run(kind)));
+                }
+                return Err(failed(error));
+            }
+        };
+        let mut failure = None;
+        for (job, kind) in pending {
+            if failure.is_some() || job.reply.is_closed() {
+                // The caller is gone (its deadline passed): it was told the outcome is
+                // unknown, and the command is not applied.
+                replies.push((job.reply, kind, not_run(kind)));
+                continue;
+            }
+            let result = self
+                .apply_in(&mut tx, &job.operation, &job.key, job.command)
+                .await;
+            if let Err(StoreError::Unavailable { source, .. }) = &result {
+                failure = Some(source.to_string());
+            }
+            replies.push((job.reply, kind, result));
+        }
+        if let Some(failure) = failure {
+            if tx.rollback().await.is_ok() {
+                conn.answered();
+            }
+            return Err(failure.into());
+        }
+        tx.commit().await.map_err(failed)?;
+        conn.answered();
+        self.inner.counters.batches.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
 }
+
+/// What a command is answered.
+type Answer = Result<(Reply, Timestamp), StoreError>;
+
+/// The most commands one group commit takes.
+pub const MAX_BATCH: usize = 64;
+
+/// A command queued for the store's writer.
+pub(crate) struct Job {
+    operation: Operation,
+    key: Key,
+    command: Command,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The store's writer: takes the commands queued since its last commit (up to
+/// [`MAX_BATCH`]) and runs them in one write transaction. It holds the store only while
+/// it runs a batch, so it ends once every handle to the store is gone.
+async fn writer(store: Weak<Inner>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        SqliteStore { inner }.write_batch(batch).await;
+    }
+}
+
+/// The store's writer task did not answer the command: its batch was cut off by the
+/// command timeout, or the task is gone (the runtime it was started on shut down).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the store's writer did not answer (its batch timed out, or its runtime shut down); the command may have been applied"
+)]
+pub(crate) struct WriterStopped;
+
+/// Another command's failure rolled back the group commit this command was in.
+#[derive(Debug, thiserror::Error)]
+#[error("the group commit this command was in failed: {0}")]
+pub(crate) struct BatchFailed(Arc<String>);
+
+impl SqliteStore {}
 
 fn bytes(name: &str) -> Vec<u8> {
     name.as_bytes().to_vec()

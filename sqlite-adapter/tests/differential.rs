@@ -96,9 +96,19 @@ impl TimedStore for SkewedClock {
 }
 
 fn open(runtime: &tokio::runtime::Runtime, dir: &TempDir, read_first: bool) -> SqliteStore {
+    open_with(runtime, dir, read_first, true)
+}
+
+fn open_with(
+    runtime: &tokio::runtime::Runtime,
+    dir: &TempDir,
+    read_first: bool,
+    group_commit: bool,
+) -> SqliteStore {
     runtime.block_on(async {
         let store = SqliteStore::builder()
             .read_first(read_first)
+            .group_commit(group_commit)
             .open(dir.db())
             .await
             .unwrap();
@@ -137,6 +147,23 @@ fn the_write_transaction_alone_agrees_with_the_record_machine() {
     let stats = store.stats();
     assert_eq!(
         stats.unavailable + stats.corrupt + stats.read_only,
+        0,
+        "{stats:?}"
+    );
+}
+
+/// The same with each command committed on its own, without the writer task.
+#[test]
+fn sqlite_without_group_commit_agrees_with_the_record_machine() {
+    let runtime = runtime();
+    let dir = TempDir::new();
+    let store = open_with(&runtime, &dir, true, false);
+    if let Err(failure) = check(&runtime, &store, 200) {
+        panic!("{failure}");
+    }
+    let stats = store.stats();
+    assert_eq!(
+        stats.unavailable + stats.corrupt + stats.batches,
         0,
         "{stats:?}"
     );

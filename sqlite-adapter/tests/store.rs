@@ -572,3 +572,47 @@ async fn a_call_runs_once_and_replays() {
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
 }
+
+/// Group commit: commands queued together share one write transaction, and each is still
+/// decided alone, in order, on the state the ones before it left: 8 keys, 8 callers each,
+/// one grant per key, in fewer transactions than commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_committed_together_are_each_decided_alone() {
+    let dir = TempDir::new();
+    // Every reserve to the writer, none answered from a plain read.
+    let store = SqliteStore::builder()
+        .read_first(false)
+        .open(dir.db())
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let operation = op("payment.charge");
+    let calls: Vec<_> = (0..64_u128)
+        .map(|i| {
+            let (store, operation) = (store.clone(), operation.clone());
+            tokio::spawn(async move {
+                let key = key(&format!("k-{}", i % 8));
+                let reply = store
+                    .apply_timed(&operation, &key, reserve(i + 1, 30_000))
+                    .await
+                    .unwrap()
+                    .0;
+                (i % 8, reply)
+            })
+        })
+        .collect();
+    let mut granted = [0; 8];
+    for call in calls {
+        let (k, reply) = call.await.unwrap();
+        match reply {
+            Reply::Reserved(_) => granted[k as usize] += 1,
+            Reply::InFlight { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(granted, [1; 8]);
+    let stats = store.stats();
+    // Every reserve was decided in a write transaction; some shared one.
+    assert_eq!(stats.write_transactions, 64, "{stats:?}");
+    assert!(stats.batches < stats.write_transactions, "{stats:?}");
+}
