@@ -20,15 +20,19 @@
 //!   file lock and its busy handler (what the store's writer lock saves).
 //! - `bare_replay`: one primary-key `SELECT` of a completed row.
 //! - `fresh`: `Coordinator::execute` through `SqliteStore` on a new key (a reserve and a
-//!   complete: two write transactions).
+//!   complete: two commands decided in write transactions, which the store's group commit
+//!   shares with other callers' commands queued meanwhile).
+//! - `fresh_solo`: the same through a store built with `group_commit(false)` on the same
+//!   file: each command commits on its own.
 //! - `replay`: `Coordinator::execute` on a key completed in `fresh` (one plain read).
 //! - `tx_bare`: the caller's own transaction alone: `BEGIN IMMEDIATE`, `INSERT` of an
 //!   order, `COMMIT`, under the in-process lock.
 //! - `tx_fresh`: the same transaction through `in_transaction`: the reserve (its own write
 //!   transaction), then `BEGIN IMMEDIATE`, the `INSERT`, the complete, `COMMIT`.
 //!
-//! `tx/call` is the write transactions per call, counted by the store (the bare phases run
-//! a fixed number).
+//! `tx/call` is the commands decided in write transactions per call, and `commits/call` the
+//! write transactions committed per call, both counted by the store (the bare phases run a
+//! fixed number; `fresh_solo` commits each command on its own).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -101,6 +105,7 @@ struct Phase {
     seconds: f64,
     latencies: Vec<Duration>,
     transactions: f64,
+    commits: f64,
 }
 
 impl Phase {
@@ -113,15 +118,22 @@ impl Phase {
             seconds,
             latencies,
             transactions,
+            commits: transactions,
         }
+    }
+
+    fn with_commits(mut self, commits: f64) -> Self {
+        self.commits = commits;
+        self
     }
 
     /// Adds another slice of the same phase.
     fn merge(&mut self, other: Phase) {
         let calls = self.calls + other.calls;
-        self.transactions = (self.transactions * self.calls as f64
-            + other.transactions * other.calls as f64)
-            / calls.max(1) as f64;
+        let mean =
+            |a: f64, b: f64| (a * self.calls as f64 + b * other.calls as f64) / calls.max(1) as f64;
+        self.transactions = mean(self.transactions, other.transactions);
+        self.commits = mean(self.commits, other.commits);
         self.calls = calls;
         self.errors += other.errors;
         self.seconds += other.seconds;
@@ -213,6 +225,7 @@ async fn bare_fresh(pool: &SqlitePool, key: String) -> Result<(), sqlx::Error> {
 
 async fn level(
     store: &SqliteStore,
+    solo: &SqliteStore,
     run_id: u64,
     round: u32,
     concurrency: usize,
@@ -266,6 +279,7 @@ async fn level(
     let coordinator = Coordinator::new(store.clone(), Options::default());
     let made: Arc<Vec<AtomicU64>> = Arc::new((0..concurrency).map(|_| AtomicU64::new(0)).collect());
     let before = store.stats().write_transactions;
+    let batches = store.stats().batches;
     let (c, m, k) = (coordinator.clone(), Arc::clone(&made), key("idem"));
     let fresh = run(concurrency, window, move |w, i| {
         let (coordinator, key, made) = (c.clone(), k(w, i), Arc::clone(&m));
@@ -284,7 +298,27 @@ async fn level(
         (store.stats().write_transactions - before) as f64 / calls.max(1) as f64
     };
     let transactions = per_call(before, fresh.0);
-    phases.push(Phase::new("fresh", fresh, transactions));
+    let commits = (store.stats().batches - batches) as f64 / fresh.0.max(1) as f64;
+    phases.push(Phase::new("fresh", fresh, transactions).with_commits(commits));
+
+    let solo_coordinator = Coordinator::new(solo.clone(), Options::default());
+    let before = solo.stats().write_transactions;
+    let (c, k) = (solo_coordinator, key("solo"));
+    let fresh_solo = run(concurrency, window, move |w, i| {
+        let (coordinator, key) = (c.clone(), k(w, i));
+        async move {
+            coordinator
+                .execute("payment.charge", key, fingerprint(), |_claim| async {
+                    Ok::<_, std::convert::Infallible>("ch_1".to_owned())
+                })
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    let transactions =
+        (solo.stats().write_transactions - before) as f64 / fresh_solo.0.max(1) as f64;
+    phases.push(Phase::new("fresh_solo", fresh_solo, transactions));
 
     let before = store.stats().write_transactions;
     let (c, m, k) = (coordinator.clone(), Arc::clone(&made), key("idem"));
@@ -327,6 +361,7 @@ async fn level(
         .operation::<i64, sqlx::Error>("order.create")
         .expect("a valid operation");
     let before = store.stats().write_transactions;
+    let batches = store.stats().batches;
     let k = key("tx");
     let tx_fresh = run(concurrency, window, move |w, i| {
         let (orders, key) = (orders.clone(), k(w, i));
@@ -344,7 +379,9 @@ async fn level(
     })
     .await;
     let transactions = per_call(before, tx_fresh.0);
-    phases.push(Phase::new("tx_fresh", tx_fresh, transactions));
+    // The reserves' group commits, and each call's own transaction.
+    let commits = (store.stats().batches - batches) as f64 / tx_fresh.0.max(1) as f64 + 1.0;
+    phases.push(Phase::new("tx_fresh", tx_fresh, transactions).with_commits(commits));
     phases
 }
 
@@ -378,6 +415,13 @@ async fn bench(
         .open(dir.join("bench.db"))
         .await?;
     store.migrate().await?;
+    let solo = SqliteStore::builder()
+        .command_timeout(Duration::from_secs(5))
+        .max_connections(size + 1)
+        .synchronous(args.synchronous)
+        .group_commit(false)
+        .open(dir.join("bench.db"))
+        .await?;
     sqlx::raw_sql(
         "CREATE TABLE bare (operation BLOB NOT NULL, key BLOB NOT NULL, state INTEGER NOT NULL, \
          owner BLOB NOT NULL, fingerprint BLOB NOT NULL, body BLOB, expires_at INTEGER NOT NULL, \
@@ -393,14 +437,14 @@ async fn bench(
         args.dir.display()
     );
     println!(
-        "{:<12} {:>5} {:>10} {:>9} {:>9} {:>8} {:>7}",
-        "phase", "conc", "calls/s", "p50 ms", "p99 ms", "tx/call", "errors"
+        "{:<12} {:>5} {:>10} {:>9} {:>9} {:>8} {:>13} {:>7}",
+        "phase", "conc", "calls/s", "p50 ms", "p99 ms", "tx/call", "commits/call", "errors"
     );
     for &concurrency in &args.concurrency {
         let slice = args.window / args.rounds;
         let mut phases: Vec<Phase> = Vec::new();
         for round in 0..args.rounds {
-            let slices = level(&store, run_id, round, concurrency, slice).await;
+            let slices = level(&store, &solo, run_id, round, concurrency, slice).await;
             if phases.is_empty() {
                 phases = slices;
             } else {
@@ -411,13 +455,14 @@ async fn bench(
         }
         for phase in &phases {
             println!(
-                "{:<12} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>8.2} {:>7}",
+                "{:<12} {:>5} {:>10.0} {:>9.3} {:>9.3} {:>8.2} {:>13.2} {:>7}",
                 phase.name,
                 concurrency,
                 phase.rate(),
                 ms(phase.percentile(0.5)),
                 ms(phase.percentile(0.99)),
                 phase.transactions,
+                phase.commits,
                 phase.errors
             );
         }
@@ -428,14 +473,16 @@ async fn bench(
                 .map_or(0.0, Phase::rate)
         };
         println!(
-            "ratios at {concurrency}: fresh/bare_fresh {:.2}, replay/bare_replay {:.2}, \
-             tx_fresh/tx_bare {:.2}, bare_busy/bare_fresh {:.2}",
+            "ratios at {concurrency}: fresh/bare_fresh {:.2}, fresh_solo/bare_fresh {:.2}, \
+             replay/bare_replay {:.2}, tx_fresh/tx_bare {:.2}, bare_busy/bare_fresh {:.2}",
             rate("fresh") / rate("bare_fresh"),
+            rate("fresh_solo") / rate("bare_fresh"),
             rate("replay") / rate("bare_replay"),
             rate("tx_fresh") / rate("tx_bare"),
             rate("bare_busy") / rate("bare_fresh"),
         );
     }
     store.pool().close().await;
+    solo.pool().close().await;
     Ok(())
 }
