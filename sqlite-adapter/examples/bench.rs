@@ -24,6 +24,8 @@
 //!   shares with other callers' commands queued meanwhile).
 //! - `fresh_solo`: the same through a store built with `group_commit(false)` on the same
 //!   file: each command commits on its own.
+//! - `raw_replay`: the store's reserve alone (`Store::apply`) on a key completed in `fresh`
+//!   (one plain read, decided by the record machine).
 //! - `replay`: `Coordinator::execute` on a key completed in `fresh` (one plain read).
 //! - `tx_bare`: the caller's own transaction alone: `BEGIN IMMEDIATE`, `INSERT` of an
 //!   order, `COMMIT`, under the in-process lock.
@@ -320,6 +322,29 @@ async fn level(
         (solo.stats().write_transactions - before) as f64 / fresh_solo.0.max(1) as f64;
     phases.push(Phase::new("fresh_solo", fresh_solo, transactions));
 
+    let (st, m, k) = (store.clone(), Arc::clone(&made), key("idem"));
+    let raw_replay = run(concurrency, window, move |w, i| {
+        let key = k(w, i % m[w].load(Ordering::Relaxed).max(1));
+        let store = st.clone();
+        async move {
+            let (operation, key) = (
+                idem::Operation::new("payment.charge").expect("valid"),
+                idem::Key::new(key).expect("valid"),
+            );
+            let reserve = idem::record::Command::Reserve {
+                owner: idem::OwnerToken::from_u128(u128::from(i) + 1),
+                fingerprint: fingerprint(),
+                lease: Duration::from_secs(30),
+            };
+            matches!(
+                idem::Store::apply(&store, &operation, &key, reserve).await,
+                Ok(idem::record::Reply::Replay { .. })
+            )
+        }
+    })
+    .await;
+    phases.push(Phase::new("raw_replay", raw_replay, 0.0));
+
     let before = store.stats().write_transactions;
     let (c, m, k) = (coordinator.clone(), Arc::clone(&made), key("idem"));
     let replay = run(concurrency, window, move |w, i| {
@@ -474,10 +499,12 @@ async fn bench(
         };
         println!(
             "ratios at {concurrency}: fresh/bare_fresh {:.2}, fresh_solo/bare_fresh {:.2}, \
-             replay/bare_replay {:.2}, tx_fresh/tx_bare {:.2}, bare_busy/bare_fresh {:.2}",
+             replay/bare_replay {:.2}, raw_replay/bare_replay {:.2}, tx_fresh/tx_bare {:.2}, \
+             bare_busy/bare_fresh {:.2}",
             rate("fresh") / rate("bare_fresh"),
             rate("fresh_solo") / rate("bare_fresh"),
             rate("replay") / rate("bare_replay"),
+            rate("raw_replay") / rate("bare_replay"),
             rate("tx_fresh") / rate("tx_bare"),
             rate("bare_busy") / rate("bare_fresh"),
         );
