@@ -6,7 +6,9 @@
 //! that may write is **one `BEGIN IMMEDIATE` transaction**: the file's write lock is taken
 //! before the row is read, the host's clock is read once, the core's
 //! [`apply_fenced`](idem_core::record::apply_fenced) decides, and exactly its write is made
-//! and committed. A reserve of a live record (a replay, key reuse, "in flight") is answered
+//! and committed. With group commit (the default) the store's writer task runs the
+//! commands queued meanwhile in one such transaction, each still decided alone and
+//! answered after the commit. A reserve of a live record (a replay, key reuse, "in flight") is answered
 //! from a plain read, which WAL runs beside the writer. [`in_transaction`] runs an action
 //! whose effect is writes in the same file inside a transaction that the record's complete
 //! joins: the writes commit together with the record of their result, or not at all.
