@@ -20,7 +20,7 @@ pub(crate) const COMPLETED_NOT_STORED: i64 = 3;
 pub(crate) const COMPLETED_PANICKED: i64 = 4;
 
 /// Whether the row `r` is one this adapter wrote, in SQL (the sweeper deletes only such
-/// rows): the same rules as [`Found::record`].
+/// rows): the same rules as the check of every row a command reads.
 pub const VALID: &str = "(typeof(r.state) = 'integer' AND r.state BETWEEN 1 AND 4 \
      AND typeof(r.owner) = 'blob' AND length(r.owner) = 16 \
      AND typeof(r.fingerprint) = 'blob' AND length(r.fingerprint) = 32 \

@@ -202,6 +202,18 @@ fn every_command() -> Vec<Command> {
     ]
 }
 
+/// A planted row: key, state, owner, fingerprint, body, expires_at, and what the error must
+/// name.
+type Planted = (
+    &'static str,
+    i64,
+    Vec<u8>,
+    Vec<u8>,
+    Option<Vec<u8>>,
+    i64,
+    &'static str,
+);
+
 /// Rows the adapter did not write, planted with plain SQL: every command answers
 /// `Corrupt`, naming what is wrong, and the row is left byte for byte as it was (the sweep
 /// too leaves it, although it has expired).
@@ -212,7 +224,7 @@ async fn rows_the_store_did_not_write_are_corrupt_and_never_changed() {
     let owner = vec![7_u8; 16];
     let fp = vec![1_u8; 32];
     // (key, state, owner, fingerprint, body, expires_at, what the error names)
-    let planted: Vec<(&str, i64, Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64, &str)> = vec![
+    let planted: Vec<Planted> = vec![
         (
             "state",
             9,
