@@ -628,3 +628,49 @@ async fn commands_committed_together_are_each_decided_alone() {
     assert_eq!(stats.write_transactions, 64, "{stats:?}");
     assert!(stats.batches < stats.write_transactions, "{stats:?}");
 }
+
+/// Another process's writer holding the file's lock past the busy timeout and the command
+/// timeout: the command is unavailable (its outcome unknown to the caller), nothing was
+/// written, and once the lock is free the same command goes through. Both with group commit
+/// and without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_elsewhere_past_the_timeouts_is_unavailable() {
+    use sqlx::Connection;
+    for group_commit in [true, false] {
+        let dir = TempDir::new();
+        let store = SqliteStore::builder()
+            .command_timeout(Duration::from_millis(300))
+            .busy_timeout(Duration::from_millis(100))
+            .group_commit(group_commit)
+            .open(dir.db())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        // A connection of its own, as another process's would be.
+        let mut other =
+            sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.db().display()))
+                .await
+                .unwrap();
+        let lock = other.begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let (operation, key) = (op("payment.charge"), key("k-1"));
+        match store
+            .apply_timed(&operation, &key, reserve(1, 30_000))
+            .await
+        {
+            Err(error @ StoreError::Unavailable { .. }) => assert!(error.is_outcome_unknown()),
+            other => panic!("group commit {group_commit}: {other:?}"),
+        }
+        lock.rollback().await.unwrap();
+        let (read, _) = store
+            .apply_timed(&operation, &key, Command::Read)
+            .await
+            .unwrap();
+        assert_eq!(read, Reply::Read(None), "group commit {group_commit}");
+        let (granted, _) = store
+            .apply_timed(&operation, &key, reserve(1, 30_000))
+            .await
+            .unwrap();
+        assert!(matches!(granted, Reply::Reserved(_)), "{granted:?}");
+        assert_eq!(store.stats().unavailable, 1);
+    }
+}
