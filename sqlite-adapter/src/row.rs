@@ -20,8 +20,10 @@ pub(crate) const COMPLETED_NOT_STORED: i64 = 3;
 pub(crate) const COMPLETED_PANICKED: i64 = 4;
 
 /// Whether the row `r` is one this adapter wrote, in SQL (the sweeper deletes only such
-/// rows): the same rules as the check of every row a command reads.
-pub const VALID: &str = "(typeof(r.state) = 'integer' AND r.state BETWEEN 1 AND 4 \
+/// rows): the same rules as the check of every row a command reads, and names stored as
+/// `BLOB`s (a name of another type is never found by a command, so never touched).
+pub const VALID: &str = "(typeof(r.operation) = 'blob' AND typeof(r.key) = 'blob' \
+     AND typeof(r.state) = 'integer' AND r.state BETWEEN 1 AND 4 \
      AND typeof(r.owner) = 'blob' AND length(r.owner) = 16 \
      AND typeof(r.fingerprint) = 'blob' AND length(r.fingerprint) = 32 \
      AND typeof(r.expires_at) = 'integer' AND r.expires_at >= 0 \
