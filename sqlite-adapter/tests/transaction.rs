@@ -301,3 +301,73 @@ async fn a_read_waits_for_a_commit_in_progress_and_sees_it() {
     }
     assert_eq!(orders(&store).await, 1);
 }
+
+/// An action that holds its transaction past its lease: its own renewals wait for the
+/// write lock it holds and fail, yet nobody can take the key over (every takeover writes),
+/// so its complete finds the record still its own and commits (`AfterLeaseExpiry`). The
+/// writes and the record commit once; a retry replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_held_past_its_lease_still_commits_once() {
+    let dir = TempDir::new();
+    let store = SqliteStore::builder()
+        .command_timeout(Duration::from_millis(300))
+        .open(dir.db())
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    create_orders(&store).await;
+    let options = Options::builder()
+        .lease(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let orders_op = Coordinator::new(store.clone(), options)
+        .operation::<i64, sqlx::Error>("order.create")
+        .unwrap();
+    let lapsed = Arc::new(AtomicU32::new(0));
+    let (seen, clock) = (lapsed.clone(), store.clone());
+    let answer = in_transaction_with_provenance(
+        &orders_op,
+        "k-1",
+        fingerprint(),
+        move |_claim, mut tx| async move {
+            let id: i64 =
+                sqlx::query_scalar("INSERT INTO orders (cart) VALUES ('c-1') RETURNING id")
+                    .fetch_one(&mut *tx)
+                    .await?;
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            // The reservation as the file holds it: no renewal could land.
+            let lease_until: i64 =
+                sqlx::query_scalar("SELECT expires_at FROM idem_records WHERE key = X'6B2D31'")
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if u64::try_from(lease_until).unwrap_or(u64::MAX) < clock.now().as_millis() {
+                seen.store(1, Ordering::SeqCst);
+            }
+            Ok((id, tx))
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(lapsed.load(Ordering::SeqCst), 1, "the lease had not lapsed");
+    // Committed with the record: nobody else can have committed an effect under the key, so
+    // the call does not report a lost lease (MODEL.md T1).
+    assert!(
+        matches!(
+            answer.provenance,
+            Provenance::Executed {
+                lease_lost: false,
+                recording: idem::Recording::Stored,
+            }
+        ),
+        "{:?}",
+        answer.provenance
+    );
+    assert_eq!(orders(&store).await, 1);
+    let replayed = in_transaction(&orders_op, "k-1", fingerprint(), |_claim, tx| async move {
+        Ok((-1, tx))
+    })
+    .await
+    .unwrap();
+    assert_eq!(replayed, answer.value);
+    assert_eq!(orders(&store).await, 1);
+}
