@@ -71,6 +71,21 @@
 //!
 //! The whole account (single writer, durability, multi-process, what differs from
 //! PostgreSQL) is in MODEL.md, section "SQLite (idem-sqlite)".
+//!
+//! # For tests of the store
+//!
+//! - [`SqliteStore::apply_timed`] answers a command and the instant of the store's clock it
+//!   was judged by; step the record machine at that instant to compare. The clock is the
+//!   host's wall clock ([`SqliteStore::now`]); there is no clock to inject, so let real time
+//!   pass (leases of a few milliseconds) to see expiry.
+//! - Every grant carries a fence ([`idem::record::Reservation::fence`] is always `Some`).
+//! - To plant a row the store did not write, insert it with plain SQL on
+//!   [`SqliteStore::pool`]: `operation` and `key` are the names' UTF-8 bytes bound as
+//!   `BLOB`s (`Vec<u8>`), e.g. `INSERT INTO idem_records (operation, key, state, owner,
+//!   fingerprint, body, expires_at) VALUES (?1, ?2, 9, ?3, ?4, NULL, 0)` with a 16-byte owner
+//!   and a 32-byte fingerprint gives a row of unknown state. The table is `STRICT`, so a
+//!   value of another type needs a table created without `STRICT` (given to the builder with
+//!   [`SqliteStoreBuilder::table`] before `migrate`).
 
 mod error;
 mod row;

@@ -42,7 +42,7 @@ impl TableName {
         if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(refuse("only A-Z, a-z, 0-9 and _ are allowed"));
         }
-        if name.as_bytes()[0].is_ascii_digit() {
+        if name.as_bytes().first().is_some_and(u8::is_ascii_digit) {
             return Err(refuse("starts with a digit"));
         }
         if name.to_ascii_lowercase().starts_with("sqlite_") {
