@@ -224,7 +224,8 @@ impl SqliteStoreBuilder {
     ///
     /// The writer task runs on the tokio runtime [`open`](Self::open) is called on: the
     /// store must be used while that runtime runs (a command after it shut down is
-    /// answered unavailable).
+    /// answered unavailable). Opened outside a tokio runtime, the store commits each
+    /// command on its own.
     #[must_use]
     pub fn group_commit(mut self, on: bool) -> Self {
         self.group_commit = on;
@@ -251,11 +252,15 @@ impl SqliteStoreBuilder {
             .acquire_timeout(self.command_timeout)
             .connect_with(options)
             .await?;
-        let (jobs, queue) = if self.group_commit {
-            let (jobs, queue) = mpsc::unbounded_channel();
-            (Some(jobs), Some(queue))
-        } else {
-            (None, None)
+        // The writer task needs a tokio runtime to run on; without one (a caller polling
+        // `open` on another executor) each command commits on its own instead.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let (jobs, queue) = match (&runtime, self.group_commit) {
+            (Some(_), true) => {
+                let (jobs, queue) = mpsc::unbounded_channel();
+                (Some(jobs), Some(queue))
+            }
+            _ => (None, None),
         };
         let inner = Arc::new(Inner {
             pool,
@@ -268,8 +273,8 @@ impl SqliteStoreBuilder {
             jobs,
             counters: Counters::default(),
         });
-        if let Some(queue) = queue {
-            tokio::spawn(writer(Arc::downgrade(&inner), queue));
+        if let (Some(runtime), Some(queue)) = (runtime, queue) {
+            runtime.spawn(writer(Arc::downgrade(&inner), queue));
         }
         Ok(SqliteStore { inner })
     }
