@@ -1,7 +1,7 @@
 //! Differential test on SQLite: random command sequences, with time moving, applied to the
 //! core's record machine and to an SQLite file through the adapter; every reply must agree,
-//! step for step, judged at the instant each command reports (the checker is in
-//! `support/differential.rs`).
+//! step for step, judged at the instant each command reports (the checker is the
+//! conformance kit's differential check, `idem_conformance`).
 //!
 //! The checker is shown to catch bugs: deliberately broken stores (without the owner
 //! check, with expiry judged by another clock, handing a takeover the first holder's
@@ -13,11 +13,35 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use idem::StoreError;
+use idem_conformance::{Check, Config, Subject, Timing, Verdict, run};
 use idem_core::record::{Command, Record, Reply};
 use idem_core::{Fence, Key, Operation, Timestamp};
 use idem_sqlite::SqliteStore;
-use support::differential::{TimedStore, check};
+use support::subject::OnSqlite;
 use support::{TempDir, runtime};
+
+/// Runs `cases` random sequences of the kit's differential check; the first divergence,
+/// shrunk, with its history, is the error.
+fn check<S: Subject>(
+    runtime: &tokio::runtime::Runtime,
+    subject: &S,
+    cases: u32,
+) -> Result<(), String> {
+    let config = Config {
+        cases,
+        checks: vec![Check::Differential],
+        ..Config::default()
+    };
+    let report = runtime.block_on(run("SQLite", subject, &config));
+    match report
+        .result(Check::Differential)
+        .map(|result| &result.verdict)
+    {
+        Some(Verdict::Passed(_)) => Ok(()),
+        Some(Verdict::Failed(divergence)) => Err(divergence.to_string()),
+        _ => Err(format!("the differential check did not run: {report}")),
+    }
+}
 
 async fn holder(store: &SqliteStore, operation: &Operation, key: &Key) -> Option<Record> {
     match store.apply_timed(operation, key, Command::Read).await {
@@ -29,13 +53,23 @@ async fn holder(store: &SqliteStore, operation: &Operation, key: &Key) -> Option
 /// Broken on purpose: as if complete, renew and release did not check the owner token.
 struct NoOwnerCheck(SqliteStore);
 
-impl TimedStore for NoOwnerCheck {
+impl Subject for NoOwnerCheck {
+    type Store = SqliteStore;
+
+    fn store(&self) -> &SqliteStore {
+        &self.0
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.0.now())
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         mut command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         if let Some(record) = holder(&self.0, operation, key).await {
             match &mut command {
                 Command::Complete { owner, .. }
@@ -44,7 +78,8 @@ impl TimedStore for NoOwnerCheck {
                 _ => {}
             }
         }
-        self.0.apply_timed(operation, key, command).await
+        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
+        Ok((reply, Timing::At(now)))
     }
 }
 
@@ -54,13 +89,23 @@ struct FirstFenceForever {
     first: Mutex<HashMap<(Operation, Key), Fence>>,
 }
 
-impl TimedStore for FirstFenceForever {
+impl Subject for FirstFenceForever {
+    type Store = SqliteStore;
+
+    fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.store.now())
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
         if let Reply::Reserved(grant) = &mut reply
             && let Some(fence) = grant.fence
@@ -72,7 +117,7 @@ impl TimedStore for FirstFenceForever {
                     .or_insert(fence),
             );
         }
-        Ok((reply, now))
+        Ok((reply, Timing::At(now)))
     }
 }
 
@@ -80,17 +125,27 @@ impl TimedStore for FirstFenceForever {
 /// store that judged expiry by a clock running behind would.
 struct SkewedClock(SqliteStore);
 
-impl TimedStore for SkewedClock {
+impl Subject for SkewedClock {
+    type Store = SqliteStore;
+
+    fn store(&self) -> &SqliteStore {
+        &self.0
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.0.now())
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
+    ) -> Result<(Reply, Timing), StoreError> {
         let (reply, now) = self.0.apply_timed(operation, key, command).await?;
         Ok((
             reply,
-            Timestamp::from_millis(now.as_millis().saturating_sub(20)),
+            Timing::At(Timestamp::from_millis(now.as_millis().saturating_sub(20))),
         ))
     }
 }
@@ -122,7 +177,7 @@ fn sqlite_agrees_with_the_record_machine() {
     let runtime = runtime();
     let dir = TempDir::new();
     let store = open(&runtime, &dir, true);
-    if let Err(failure) = check(&runtime, &store, 200) {
+    if let Err(failure) = check(&runtime, &OnSqlite(store.clone()), 200) {
         panic!("{failure}");
     }
     let stats = store.stats();
@@ -141,7 +196,7 @@ fn the_write_transaction_alone_agrees_with_the_record_machine() {
     let runtime = runtime();
     let dir = TempDir::new();
     let store = open(&runtime, &dir, false);
-    if let Err(failure) = check(&runtime, &store, 200) {
+    if let Err(failure) = check(&runtime, &OnSqlite(store.clone()), 200) {
         panic!("{failure}");
     }
     let stats = store.stats();
@@ -158,7 +213,7 @@ fn sqlite_without_group_commit_agrees_with_the_record_machine() {
     let runtime = runtime();
     let dir = TempDir::new();
     let store = open_with(&runtime, &dir, true, false);
-    if let Err(failure) = check(&runtime, &store, 200) {
+    if let Err(failure) = check(&runtime, &OnSqlite(store.clone()), 200) {
         panic!("{failure}");
     }
     let stats = store.stats();
@@ -175,7 +230,7 @@ fn the_checker_catches_a_store_without_the_owner_check() {
     let dir = TempDir::new();
     let store = NoOwnerCheck(open(&runtime, &dir, true));
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
@@ -184,7 +239,7 @@ fn the_checker_catches_expiry_judged_by_another_clock() {
     let dir = TempDir::new();
     let store = SkewedClock(open(&runtime, &dir, true));
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]

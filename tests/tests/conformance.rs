@@ -17,6 +17,8 @@ mod mysql_subject;
 mod postgres_subject;
 #[path = "../../redis-adapter/tests/support/subject.rs"]
 mod redis_subject;
+#[path = "../../sqlite-adapter/tests/support/subject.rs"]
+mod sqlite_subject;
 
 use idem::MemoryStore;
 use idem_conformance::broken::{BrokenStore, Flaw};
@@ -24,11 +26,13 @@ use idem_conformance::{Check, Config, Report, run};
 use idem_mysql::MySqlStore;
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
+use idem_sqlite::SqliteStore;
 use idem_tests::postgres::TestDb;
 use idem_tests::redis::{RedisCluster, RedisServer};
 use mysql_subject::OnMySql;
 use postgres_subject::OnPostgres;
 use redis_subject::OnRedis;
+use sqlite_subject::OnSqlite;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -122,6 +126,21 @@ fn mariadb_conforms() {
         drop(subject);
         drop(db);
     });
+}
+
+#[test]
+fn sqlite_conforms() {
+    let dir = std::env::temp_dir().join(format!("idem-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let runtime = runtime();
+    runtime.block_on(async {
+        let store = SqliteStore::open(dir.join("idem.db")).await.expect("open");
+        store.migrate().await.expect("migrate");
+        let report = run("SQLite", &OnSqlite(store), &Config::default()).await;
+        conforms(&report);
+        assert!(report.skipped().next().is_none(), "{report}");
+    });
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Each broken store is caught, by the check written for its bug.

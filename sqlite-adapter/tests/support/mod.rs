@@ -1,9 +1,9 @@
 //! What the tests share: a temporary directory per test (removed when dropped), a store on
-//! a file in it, and the differential checker.
+//! a file in it, and the store as the conformance kit's subject.
 
 #![allow(dead_code)]
 
-pub mod differential;
+pub mod subject;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
