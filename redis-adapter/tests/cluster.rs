@@ -11,6 +11,7 @@ use idem_core::record::{Command, Reply};
 use idem_core::{Fingerprint, Key, Operation, OwnerToken};
 use idem_redis::{DEFAULT_COMMAND_TIMEOUT, RedisStore};
 use redis::AsyncCommands;
+use support::differential::{FastPaths, ThroughScripts, assert_grants_are_fenced, check};
 use support::scenarios;
 use support::{RedisCluster, raw_command};
 
@@ -51,11 +52,11 @@ fn redis_cluster_agrees_with_the_record_machine() {
         .enable_all()
         .build()
         .unwrap();
-    let store = runtime.block_on(store(&cluster, DEFAULT_COMMAND_TIMEOUT));
-    if let Err(failure) = support::differential::check(&runtime, &store, 60) {
+    let subject = ThroughScripts(runtime.block_on(store(&cluster, DEFAULT_COMMAND_TIMEOUT)));
+    if let Err(failure) = check(&runtime, &subject, 60) {
         panic!("{failure}");
     }
-    assert_eq!(store.stats().unavailable, 0);
+    assert_eq!(subject.0.stats().unavailable, 0);
 }
 
 #[test]
@@ -67,19 +68,21 @@ fn with_fences_a_cluster_agrees_with_the_record_machine() {
         .enable_all()
         .build()
         .unwrap();
-    let store = runtime
-        .block_on(
-            RedisStore::builder()
-                .fences(true)
-                .connect_cluster(cluster.urls()),
-        )
-        .unwrap();
-    if let Err(failure) = support::differential::check(&runtime, &store, 60) {
+    let subject = ThroughScripts(
+        runtime
+            .block_on(
+                RedisStore::builder()
+                    .fences(true)
+                    .connect_cluster(cluster.urls()),
+            )
+            .unwrap(),
+    );
+    if let Err(failure) = check(&runtime, &subject, 60) {
         panic!("{failure}");
     }
-    let stats = store.stats();
+    let stats = subject.0.stats();
     assert_eq!(stats.unavailable + stats.corrupt, 0);
-    support::differential::assert_grants_are_fenced(&runtime, &store);
+    assert_grants_are_fenced(&runtime, &subject.0);
 }
 
 #[test]
@@ -100,8 +103,8 @@ fn the_fast_paths_agree_with_the_record_machine_on_a_cluster() {
             .unwrap();
         (store, conn)
     });
-    let fast_paths = support::differential::FastPaths::new(store, conn);
-    if let Err(failure) = support::differential::check(&runtime, &fast_paths, 60) {
+    let fast_paths = FastPaths::new(store, conn);
+    if let Err(failure) = check(&runtime, &fast_paths, 60) {
         panic!("{failure}");
     }
     assert_eq!(fast_paths.store.stats().unavailable, 0);

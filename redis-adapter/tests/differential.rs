@@ -1,6 +1,8 @@
 //! Differential test on standalone Redis: random command sequences, with time moving,
 //! applied to the core's record machine and to Redis through the adapter; every reply must
-//! agree, step for step (the checker is in `support/differential.rs`).
+//! agree, step for step. The checker is the conformance kit's differential check
+//! (`idem_conformance`); the Redis subjects it runs on, the scripts alone and the fast paths,
+//! are in `support/differential.rs`.
 //!
 //! The checker is shown to catch bugs: the deliberately broken stores of `idem_check`'s
 //! catalogue that can be played in front of the real store (each owner check forgotten, the
@@ -10,14 +12,20 @@
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use idem::StoreError;
 use idem_check::Variant;
+use idem_conformance::{Subject, Timing};
 use idem_core::record::{Command, Reply};
-use idem_core::{Key, Operation};
+use idem_core::{Fence, Key, Operation, Timestamp};
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{FastPaths, TimedStore, Timing, assert_grants_are_fenced, check};
+use support::differential::{
+    FastPaths, ThroughScripts, assert_grants_are_fenced, check, scripts_now,
+};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -30,13 +38,17 @@ fn runtime() -> tokio::runtime::Runtime {
 fn redis_agrees_with_the_record_machine() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let store = runtime
-        .block_on(RedisStore::connect(&server.url()))
-        .unwrap();
-    if let Err(failure) = check(&runtime, &store, 200) {
+    let subject = ThroughScripts(
+        runtime
+            .block_on(RedisStore::connect(&server.url()))
+            .unwrap(),
+    );
+    if let Err(failure) = check(&runtime, &subject, 200) {
         panic!("{failure}");
     }
-    assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
+    let stats = subject.0.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
+    assert!(stats.commands > 500, "{stats:?}");
 }
 
 #[test]
@@ -46,14 +58,17 @@ fn redis_with_fences_agrees_with_the_record_machine() {
     // key is above the ones before.
     let server = RedisServer::start();
     let runtime = runtime();
-    let store = runtime
-        .block_on(RedisStore::builder().fences(true).connect(&server.url()))
-        .unwrap();
-    if let Err(failure) = check(&runtime, &store, 200) {
+    let subject = ThroughScripts(
+        runtime
+            .block_on(RedisStore::builder().fences(true).connect(&server.url()))
+            .unwrap(),
+    );
+    if let Err(failure) = check(&runtime, &subject, 200) {
         panic!("{failure}");
     }
-    assert_eq!(store.stats().unavailable + store.stats().corrupt, 0);
-    assert_grants_are_fenced(&runtime, &store);
+    let stats = subject.0.stats();
+    assert_eq!(stats.unavailable + stats.corrupt, 0);
+    assert_grants_are_fenced(&runtime, &subject.0);
     // The same with the fast paths in front: the fenced fast reserve, which grants under the
     // server's clock in one `SET … NX … GET` (with the `PTTL` of a record it finds, when
     // asked), and the fast complete, which completes a fenced reservation too.
@@ -132,7 +147,7 @@ fn the_checker_catches_a_fast_reserve_that_outlives_its_lease() {
         ..fast_paths(&runtime, &server, RedisStore::builder())
     };
     let failure = check(&runtime, &broken, 256).expect_err("must be caught");
-    assert!(failure.contains("lease"), "{failure}");
+    assert!(failure.contains("lease or retention ends"), "{failure}");
 }
 
 /// `variant` played in front of a fresh server's store must be caught; returns what the
@@ -150,30 +165,31 @@ fn caught(variant: Variant) -> String {
 #[test]
 fn the_checker_catches_a_complete_without_the_owner_check() {
     let failure = caught(Variant::CompleteWithoutOwnerCheck);
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_release_without_the_owner_check() {
     let failure = caught(Variant::ReleaseWithoutOwnerCheck);
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_renew_without_the_owner_check() {
     let failure = caught(Variant::RenewWithoutOwnerCheck);
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_store_without_the_fingerprint_check() {
     let failure = caught(Variant::KeyOnlyLookup);
-    assert!(failure.contains("model"), "{failure}");
+    assert!(failure.contains("record machine"), "{failure}");
 }
 
 #[test]
 fn the_checker_catches_a_store_that_forgets_a_panic() {
     let failure = caught(Variant::PanicAsNotStored);
+    assert!(failure.contains("record machine"), "{failure}");
     assert!(failure.contains("Panicked"), "{failure}");
 }
 
@@ -181,18 +197,27 @@ fn the_checker_catches_a_store_that_forgets_a_panic() {
 /// that kept one fence per key and never advanced it would.
 struct FirstFenceForever {
     store: RedisStore,
-    first: std::sync::Mutex<std::collections::HashMap<(Operation, Key), idem_core::Fence>>,
+    first: Mutex<HashMap<(Operation, Key), Fence>>,
 }
 
-impl TimedStore for FirstFenceForever {
+impl Subject for FirstFenceForever {
+    type Store = RedisStore;
+
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        scripts_now(&self.store).await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timing), StoreError> {
-        let (mut reply, timing) =
-            TimedStore::apply_timed(&self.store, operation, key, command).await?;
+        let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
         if let Reply::Reserved(grant) = &mut reply
             && let Some(fence) = grant.fence
         {
@@ -203,7 +228,7 @@ impl TimedStore for FirstFenceForever {
                     .or_insert(fence),
             );
         }
-        Ok((reply, timing))
+        Ok((reply, Timing::At(now)))
     }
 }
 
@@ -215,7 +240,7 @@ fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
         store: runtime
             .block_on(RedisStore::builder().fences(true).connect(&server.url()))
             .unwrap(),
-        first: std::sync::Mutex::default(),
+        first: Mutex::default(),
     };
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("F1"), "{failure}");

@@ -1,14 +1,16 @@
 //! The deliberately broken stores of `idem_check`'s catalogue, played in front of the real
 //! Redis store, for showing that a checker catches the bug it exists for: through the
-//! driver ([`InFront`], an `idem::Store`) and in the differential ([`TimedInFront`]).
+//! driver ([`InFront`], an `idem::Store`) and in the differential ([`TimedInFront`], a
+//! subject of the conformance kit).
 
 use idem::{Store, StoreError};
 use idem_check::{InFront as Play, Variant};
+use idem_conformance::{Subject, Timing};
 use idem_core::record::{Command, Record, Reply};
-use idem_core::{Key, Operation};
+use idem_core::{Key, Operation, Timestamp};
 use idem_redis::RedisStore;
 
-use super::differential::{TimedStore, Timing};
+use super::differential::scripts_now;
 
 /// The key's live record, as the read script returns it, when `variant` needs it for
 /// `command`.
@@ -66,7 +68,17 @@ pub struct TimedInFront {
     pub store: RedisStore,
 }
 
-impl TimedStore for TimedInFront {
+impl Subject for TimedInFront {
+    type Store = RedisStore;
+
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        scripts_now(&self.store).await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
@@ -83,12 +95,12 @@ impl TimedStore for TimedInFront {
         };
         match self.variant.in_front(live.as_ref(), command) {
             Some(Play::Forward(command)) => {
-                TimedStore::apply_timed(&self.store, operation, key, command).await
+                let (reply, now) = self.store.apply_timed(operation, key, command).await?;
+                Ok((reply, Timing::At(now)))
             }
             Some(Play::ForwardThenAnswer(command, reply)) => {
-                let (_, timing) =
-                    TimedStore::apply_timed(&self.store, operation, key, command).await?;
-                Ok((reply, timing))
+                let (_, now) = self.store.apply_timed(operation, key, command).await?;
+                Ok((reply, Timing::At(now)))
             }
             Some(Play::Answer(_)) | None => panic!(
                 "{} is not played in the differential: it answers without the store",

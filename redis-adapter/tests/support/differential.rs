@@ -1,104 +1,91 @@
-//! The differential checker: random command sequences, with time moving, applied to the
-//! core's record machine and to a store; every reply must agree, step for step. Used on
-//! standalone Redis (`tests/differential.rs`) and on a Cluster (`tests/cluster.rs`).
+//! The differential check on Redis: random command sequences, with time moving, applied to
+//! the core's record machine and to a store; every reply must agree, step for step. The
+//! checker is the conformance kit's differential check (`idem_conformance`); what is Redis's
+//! own is here: the subjects that say when the store decided. Used on standalone Redis
+//! (`tests/differential.rs`) and on a Cluster (`tests/cluster.rs`).
 //!
-//! The scripts report the server's `now` with each reply; the model is stepped at that same
-//! `now`, so the comparison is exact even though the server's clock is real. The fast
-//! reserve and the fast complete do not read the clock: a store that uses them reports the
-//! window of server time around the command instead, and the model must give the same reply
-//! at some instant in that window (a grant's unsaid lease end agrees with any); a write they
-//! made is placed exactly by the key's expiry. Leases and retentions of a few milliseconds,
-//! with sleeps between steps, make expiry happen often.
+//! The scripts report the server's `now` with each reply, so a store that runs them
+//! ([`ThroughScripts`]) is judged exactly at that instant even though the server's clock is
+//! real. The fast reserve and the fast complete do not read the clock: a store that uses them
+//! ([`FastPaths`]) reports the window of server time around the command instead, and the
+//! record machine must give the same reply at some instant in that window (a grant's unsaid
+//! lease end agrees with any); a write they made is placed exactly by the key's expiry.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem::StoreError;
-use idem_core::record::{
-    Command, CommandKind, Completion, Record, Reply, StoredResult, apply, apply_fenced,
-};
-use idem_core::{Body, Fingerprint, Key, Operation, OwnerToken, Timestamp};
+use idem_conformance::{Check, Config, Subject, Timing, Verdict, run};
+use idem_core::record::{Command, CommandKind, Completion, Reply};
+use idem_core::{Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use idem_redis::RedisStore;
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
-#[derive(Debug, Clone)]
-pub enum Step {
-    /// A command on record `slot` (0..4: two keys under two operations).
-    Send { slot: usize, command: Command },
-    /// Let the server's clock move.
-    Sleep(u64),
+/// Runs `cases` random sequences of the kit's differential check; the first divergence,
+/// shrunk, with its history, is the error.
+pub fn check<S: Subject>(
+    runtime: &tokio::runtime::Runtime,
+    subject: &S,
+    cases: u32,
+) -> Result<(), String> {
+    let config = Config {
+        cases,
+        checks: vec![Check::Differential],
+        ..Config::default()
+    };
+    let report = runtime.block_on(run("Redis", subject, &config));
+    match report
+        .result(Check::Differential)
+        .map(|result| &result.verdict)
+    {
+        Some(Verdict::Passed(_)) => Ok(()),
+        Some(Verdict::Failed(divergence)) => Err(divergence.to_string()),
+        _ => Err(format!("the differential check did not run: {report}")),
+    }
 }
 
-fn command() -> impl Strategy<Value = Command> {
-    let owner = (1..=3_u128).prop_map(OwnerToken::from_u128);
-    let fp = (0..2_u8).prop_map(|n| Fingerprint::of_bytes(&[n]));
-    let ms = |max: u64| (0..max).prop_map(Duration::from_millis);
-    let body = prop_oneof![
-        4 => proptest::collection::vec(any::<u8>(), 0..8)
-            .prop_map(|bytes| StoredResult::Value(Body::new(bytes))),
-        1 => Just(StoredResult::NotStored),
-        1 => Just(StoredResult::Panicked),
-    ];
-    prop_oneof![
-        3 => (owner.clone(), fp.clone(), ms(40)).prop_map(|(owner, fingerprint, lease)| {
-            Command::Reserve { owner, fingerprint, lease }
-        }),
-        2 => (owner.clone(), fp, body, ms(80)).prop_map(|(owner, fingerprint, body, retention)| {
-            Command::Complete { owner, fingerprint, result: body, retention }
-        }),
-        2 => (owner.clone(), ms(40)).prop_map(|(owner, lease)| Command::Renew { owner, lease }),
-        1 => owner.prop_map(|owner| Command::Release { owner }),
-        1 => Just(Command::Read),
-    ]
+/// The server's clock as a script reads it: the instant a read of a record nobody writes
+/// was decided at.
+pub async fn scripts_now(store: &RedisStore) -> Result<Timestamp, StoreError> {
+    store
+        .apply_timed(
+            &Operation::new("clock").unwrap(),
+            &Key::new("clock").unwrap(),
+            Command::Read,
+        )
+        .await
+        .map(|(_, now)| now)
 }
 
-fn steps() -> impl Strategy<Value = Vec<Step>> {
-    let step = prop_oneof![
-        4 => (0..4_usize, command()).prop_map(|(slot, command)| Step::Send { slot, command }),
-        1 => (0..25_u64).prop_map(Step::Sleep),
-    ];
-    proptest::collection::vec(step, 1..16)
-}
+/// The store through its scripts alone ([`RedisStore::apply_timed`]): every command is
+/// decided at the server instant its script reports, so the kit judges it exactly.
+pub struct ThroughScripts(pub RedisStore);
 
-/// When, on the server's clock, a store decided.
-#[derive(Debug, Clone, Copy)]
-pub enum Timing {
-    /// At this instant.
-    At(Timestamp),
-    /// At some instant in this window, both ends included.
-    Within(Timestamp, Timestamp),
-}
+impl Subject for ThroughScripts {
+    type Store = RedisStore;
 
-/// A store that says when it decided: the real one, or a broken one.
-pub trait TimedStore {
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError>;
-}
+    fn store(&self) -> &RedisStore {
+        &self.0
+    }
 
-impl TimedStore for RedisStore {
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        scripts_now(&self.0).await
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timing), StoreError> {
-        RedisStore::apply_timed(self, operation, key, command)
-            .await
-            .map(|(reply, now)| (reply, Timing::At(now)))
+        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
+        Ok((reply, Timing::At(now)))
     }
 }
 
 /// The real store, its reserves and completes through [`idem::Store::apply`] so that they
 /// take the fast paths (the fast reserve, the fast complete); `conn` reads the server's clock
 /// around each of them. A command whose reply carries its times, or that changes nothing, is
-/// placed by the model's agreement within the window; one that wrote a record, by the key's
-/// expiry.
+/// placed by the record machine's agreement within the window; one that wrote a record, by
+/// the key's expiry.
 pub struct FastPaths<C = redis::aio::MultiplexedConnection> {
     pub store: RedisStore,
     /// A plain connection to the server (or, on a Cluster, one that routes by key).
@@ -144,10 +131,7 @@ impl<C: Connection> FastPaths<C> {
             .arg("GET")
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| StoreError::Unavailable {
-                command: CommandKind::Reserve,
-                source: Box::new(e),
-            })?;
+            .map_err(unavailable(CommandKind::Reserve))?;
         match held {
             None => Ok(Reply::Reserved(idem_core::Reservation {
                 owner: *owner,
@@ -162,23 +146,38 @@ impl<C: Connection> FastPaths<C> {
 }
 
 /// What `FastPaths` needs of its own connection.
-pub trait Connection: redis::aio::ConnectionLike + Clone + Send + Sync {}
+pub trait Connection: redis::aio::ConnectionLike + Clone + Send + Sync + 'static {}
 
-impl<C: redis::aio::ConnectionLike + Clone + Send + Sync> Connection for C {}
+impl<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static> Connection for C {}
+
+fn unavailable(command: CommandKind) -> impl Fn(redis::RedisError) -> StoreError {
+    move |error| StoreError::Unavailable {
+        command,
+        source: Box::new(error),
+    }
+}
 
 async fn server_now(conn: &mut impl Connection) -> Result<u64, StoreError> {
-    let (secs, micros): (u64, u64) =
-        redis::cmd("TIME")
-            .query_async(conn)
-            .await
-            .map_err(|e| StoreError::Unavailable {
-                command: CommandKind::Read,
-                source: Box::new(e),
-            })?;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(conn)
+        .await
+        .map_err(unavailable(CommandKind::Read))?;
     Ok(secs * 1000 + micros / 1000)
 }
 
-impl<C: Connection> TimedStore for FastPaths<C> {
+impl<C: Connection> Subject for FastPaths<C> {
+    type Store = RedisStore;
+
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        server_now(&mut self.conn.clone())
+            .await
+            .map(Timestamp::from_millis)
+    }
+
     async fn apply_timed(
         &self,
         operation: &Operation,
@@ -189,16 +188,13 @@ impl<C: Connection> TimedStore for FastPaths<C> {
             Command::Reserve { lease, .. } => lease,
             Command::Complete { retention, .. } => retention,
             // Only a reserve and a complete have fast paths; the rest are scripts.
-            _ => return TimedStore::apply_timed(&self.store, operation, key, command).await,
+            _ => {
+                let (reply, now) = self.store.apply_timed(operation, key, command).await?;
+                return Ok((reply, Timing::At(now)));
+            }
         };
         let mut conn = self.conn.clone();
         let redis_key = self.store.layout().record_key(operation, key);
-        let unavailable = |command: CommandKind| {
-            move |e: redis::RedisError| StoreError::Unavailable {
-                command,
-                source: Box::new(e),
-            }
-        };
         // Whether the key was taken before: then a grant is the owner's retry of an earlier
         // one, made at an earlier instant with its own lease.
         let taken: bool = redis::cmd("EXISTS")
@@ -259,132 +255,6 @@ impl<C: Connection> TimedStore for FastPaths<C> {
         );
         Ok((reply, window))
     }
-}
-
-/// `got` is the model's `expected`, except that a grant or an "in flight" may leave its lease
-/// end unsaid, and a replay how long its record has left.
-fn agrees(got: &Reply, expected: &Reply) -> bool {
-    match (got, expected) {
-        (Reply::Reserved(g), Reply::Reserved(e)) if g.lease_until.is_none() => g.owner == e.owner,
-        (Reply::InFlight { lease_until: None }, Reply::InFlight { .. }) => true,
-        // A replay answered without the server's clock leaves its remaining time unsaid.
-        (
-            Reply::Replay {
-                result: g,
-                remaining: None,
-            },
-            Reply::Replay { result: e, .. },
-        ) => g == e,
-        _ => got == expected,
-    }
-}
-
-/// Fresh keys for every case, so cases never see each other's records.
-fn names(case: u64) -> Vec<(Operation, Key)> {
-    let mut out = Vec::new();
-    for operation in ["payment.charge", "order.cancel"] {
-        for key in ["a", "b"] {
-            out.push((
-                Operation::new(operation).unwrap(),
-                Key::new(format!("case-{case}-{key}")).unwrap(),
-            ));
-        }
-    }
-    out
-}
-
-pub async fn run_case(store: &impl TimedStore, steps: &[Step], case: u64) -> Result<(), String> {
-    let names = names(case);
-    let mut model: HashMap<usize, Option<Record>> = HashMap::new();
-    // Each slot's highest fence granted so far (F1), when the store hands fences out.
-    let mut last_fence: HashMap<usize, idem_core::Fence> = HashMap::new();
-    for (i, step) in steps.iter().enumerate() {
-        match step {
-            Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
-            Step::Send { slot, command } => {
-                let (operation, key) = &names[*slot];
-                let (got, timing) = store
-                    .apply_timed(operation, key, command.clone())
-                    .await
-                    .map_err(|e| format!("step {i}: store error {e}"))?;
-                let state = model.entry(*slot).or_default();
-                let (from, to) = match timing {
-                    Timing::At(now) => (now.as_millis(), now.as_millis()),
-                    Timing::Within(from, to) => (from.as_millis(), to.as_millis()),
-                };
-                // A store that hands out fences grants under the one it says; the model
-                // grants under the same (and one without, under none).
-                let granted = match &got {
-                    Reply::Reserved(grant) => grant.fence,
-                    _ => None,
-                };
-                let model_step = |now: u64| {
-                    let now = Timestamp::from_millis(now);
-                    match granted {
-                        Some(fence) => apply_fenced(state.as_ref(), command.clone(), now, || fence),
-                        None => apply(state.as_ref(), command.clone(), now),
-                    }
-                };
-                // The earliest instant at which the model agrees: for a grant whose key is
-                // already gone, the earliest lease end is gone too by the next step.
-                let agreeing = (from..=to).find_map(|now| {
-                    let transition = model_step(now);
-                    agrees(&got, &transition.reply).then_some(transition)
-                });
-                let Some(transition) = agreeing else {
-                    let expected = apply(
-                        state.as_ref(),
-                        command.clone(),
-                        Timestamp::from_millis(from),
-                    )
-                    .reply;
-                    return Err(format!(
-                        "step {i}: {command:?} on slot {slot} at {timing:?}: redis {got:?}, model {expected:?}"
-                    ));
-                };
-                // F1: a fresh grant (the model wrote a reservation under the store's fence
-                // that the slot did not hold) is fenced above every earlier one.
-                let fresh = matches!(
-                    (&transition.write, state.as_ref()),
-                    (idem_core::record::Write::Put(Record::Pending { fence: Some(_), owner, .. }), before)
-                        if before.is_none_or(|record| record.owner() != *owner || record.is_expired(Timestamp::from_millis(from)))
-                );
-                if fresh
-                    && let Some(fence) = granted
-                    && let Some(last) = last_fence.insert(*slot, fence)
-                    && fence <= last
-                {
-                    return Err(format!(
-                        "step {i}: F1: {command:?} on slot {slot} granted {fence:?}, not above \
-                         the earlier {last:?}"
-                    ));
-                }
-                transition.apply_to(state);
-            }
-        }
-    }
-    Ok(())
-}
-
-pub fn check(
-    runtime: &tokio::runtime::Runtime,
-    store: &impl TimedStore,
-    cases: u32,
-) -> Result<(), String> {
-    static CASE: AtomicU64 = AtomicU64::new(0);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    runner
-        .run(&steps(), |steps| {
-            let case = CASE.fetch_add(1, Ordering::Relaxed);
-            runtime
-                .block_on(run_case(store, &steps, case))
-                .map_err(TestCaseError::fail)
-        })
-        .map_err(|e| e.to_string())
 }
 
 /// A fresh reserve on `store` is granted under a fence: the store hands fences out, so the

@@ -1,6 +1,7 @@
 //! Test harness of the Redis store: the servers (`idem_tests::redis`, shared with every crate
-//! whose tests need Redis), the attempt and card helpers, the broken stores, the differential
-//! checker, and a TCP proxy that can stall a link or cut it after swallowing a reply.
+//! whose tests need Redis), the attempt and card helpers, the broken stores, the Redis
+//! subjects of the conformance kit's differential check, and a TCP proxy that can stall a
+//! link or cut it after swallowing a reply.
 
 #![allow(dead_code, unused_imports)]
 
