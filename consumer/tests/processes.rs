@@ -12,9 +12,7 @@
 #[allow(dead_code)]
 #[path = "../examples/orders.rs"]
 mod orders;
-#[allow(dead_code)]
-#[path = "../../http/tests/support/process.rs"]
-mod process;
+use idem_tests::process;
 use idem_tests::redis as redis_server;
 mod support;
 

@@ -8,9 +8,7 @@
 //! The holder's process is this test binary itself, started again with its arguments in
 //! `IDEM_MYSQL_KILLED_HOLDER_ARGS` (hence `harness = false`).
 
-#[allow(dead_code)]
-#[path = "../../http/tests/support/process.rs"]
-mod process;
+use idem_tests::process;
 mod support;
 
 use std::io::Write;

@@ -7,9 +7,7 @@
 //! `IDEM_FENCED_HOLDER_ARGS` (hence `harness = false`, as for the http crate's process tests,
 //! whose support module this reuses).
 
-#[allow(dead_code)]
-#[path = "../../http/tests/support/process.rs"]
-mod process;
+use idem_tests::process;
 mod support;
 
 use std::time::Duration;

@@ -11,9 +11,7 @@
 //! `IDEM_SQLITE_CHILD_ARGS` (hence `harness = false`, as for idem-http's and
 //! idem-postgres's process tests, whose support module this reuses).
 
-#[allow(dead_code)]
-#[path = "../../http/tests/support/process.rs"]
-mod process;
+use idem_tests::process;
 mod support;
 
 use std::io::Write as _;

@@ -21,7 +21,8 @@
 //!
 //! And, with the `postgres` feature, `postgres`: the PostgreSQL harness the store's and the
 //! HTTP layer's tests share (a database per test, a private server to stop and start); and,
-//! with the `mysql` feature, `mysql`: a MariaDB database per test; and always, [`redis`] (`redis-server` processes and a Cluster) and [`net`] (free ports): one
+//! with the `mysql` feature, `mysql`: a MariaDB database per test; and always, [`redis`] (`redis-server` processes and a Cluster) [`net`] (free ports) and [`process`] (examples served as child processes, to pause, stop
+//! or kill): one
 //! harness per server, for every crate whose tests start one.
 
 pub mod caller;
@@ -33,6 +34,7 @@ pub mod net;
 pub mod platform;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod process;
 pub mod redis;
 pub mod scenario;
 pub mod world;

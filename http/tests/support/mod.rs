@@ -9,7 +9,6 @@
 
 pub mod broken;
 pub mod checks;
-pub mod process;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -28,6 +27,8 @@ use idem_http::{Disposition, IdempotencyLayer, IdempotencyLayerBuilder, ProblemT
 use serde::Deserialize;
 use serde_json::json;
 
+#[allow(unused_imports)]
+pub use idem_tests::process;
 #[allow(unused_imports)]
 pub use idem_tests::redis::{self, RedisServer};
 

@@ -1,4 +1,5 @@
-//! Examples served as child processes by a test with `harness = false`: the test binary
+//! Examples served as child processes by a test with `harness = false` (the HTTP layer's,
+//! the consumers', and each store's killed-process tests): the test binary
 //! starts itself again with an example's arguments in an environment variable, and then
 //! serves that example's code (included with `#[path]`) instead of testing. Real processes,
 //! so that a test can pause (SIGSTOP), stop (SIGTERM) or kill one.
@@ -51,11 +52,11 @@ pub fn run_test(name: &str, test: impl Future<Output = ()>) {
 }
 
 /// A free port on loopback.
-#[allow(unused_imports)]
-pub use idem_tests::net::free_port;
+pub use crate::net::free_port;
 
 /// This test binary, started again to serve an example; its stdout read line by line.
 /// Killed when dropped.
+#[derive(Debug)]
 pub struct ExampleProcess {
     child: Child,
     lines: mpsc::Receiver<String>,
