@@ -6,8 +6,11 @@
 //! action twice.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use idem::{Store, StoreError};
 use idem_core::record::{Command, Record, Reply, apply};
@@ -31,6 +34,10 @@ pub enum Flaw {
     /// A command reads the record, lets other commands run, then decides and writes on what
     /// it read: check-then-set without a lock, so racing reserves are all granted.
     Unlocked,
+    /// A change notice's watch starts when its future is first polled, not when
+    /// [`Store::changed`] is called: a complete or release that lands in between is lost, and
+    /// the waiter sleeps through it to its backoff.
+    WatchFromFirstPoll,
 }
 
 /// The record machine in memory with one [`Flaw`].
@@ -38,6 +45,9 @@ pub enum Flaw {
 pub struct BrokenStore {
     flaw: Flaw,
     records: Mutex<HashMap<(Operation, Key), Record>>,
+    /// Woken by every complete and release (change notices for the whole store: a waiter on
+    /// another key wakes spuriously, which the contract allows).
+    ended: Notify,
     epoch: Instant,
 }
 
@@ -47,6 +57,7 @@ impl BrokenStore {
         Self {
             flaw,
             records: Mutex::default(),
+            ended: Notify::new(),
             epoch: Instant::now(),
         }
     }
@@ -110,6 +121,13 @@ impl BrokenStore {
         }
     }
 
+    /// Wakes the waiters when a record stopped being pending.
+    fn announce(&self, reply: &Reply) {
+        if matches!(reply, Reply::Completed(_) | Reply::Released) {
+            self.ended.notify_waiters();
+        }
+    }
+
     /// The machine's step on `stored`, with the flaw: the reply and what the key holds after.
     fn step(&self, stored: Option<Record>, command: Command) -> (Reply, Option<Record>) {
         let now = self.judging_now();
@@ -152,14 +170,35 @@ impl Store for BrokenStore {
             tokio::task::yield_now().await;
             let (reply, state) = self.step(stored, command);
             put(&mut self.records(), name, state);
+            self.announce(&reply);
             return Ok(reply);
         }
         // Held from the read to the write: one command at a time, as the machine needs.
-        let mut records = self.records();
-        let stored = records.get(&name).cloned();
-        let (reply, state) = self.step(stored, command);
-        put(&mut records, name, state);
+        let reply = {
+            let mut records = self.records();
+            let stored = records.get(&name).cloned();
+            let (reply, state) = self.step(stored, command);
+            put(&mut records, name, state);
+            reply
+        };
+        self.announce(&reply);
         Ok(reply)
+    }
+
+    fn changed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        let _ = (operation, key);
+        // Created here, the future hears every notice from the call on, polled or not.
+        let ended = (self.flaw != Flaw::WatchFromFirstPoll).then(|| self.ended.notified());
+        async move {
+            match ended {
+                Some(ended) => ended.await,
+                None => self.ended.notified().await,
+            }
+        }
     }
 }
 
@@ -173,5 +212,9 @@ impl Subject for BrokenStore {
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(BrokenStore::now(self))
+    }
+
+    fn notifies(&self) -> bool {
+        true
     }
 }

@@ -24,16 +24,16 @@
 //! Each [`Check`] in turn, on keys of its own: every (state, command) pair of the record
 //! machine, owner checks, the ends of leases and retentions polled across on the store's
 //! clock, reserves racing on one key, a value the store did not write, the largest result the
-//! store keeps, names compared byte for byte, and random command sequences with time moving,
-//! shrunk to a short history when one fails. Replies are judged at the instant the store
+//! store keeps, names compared byte for byte, random command sequences with time moving,
+//! shrunk to a short history when one fails, and, for a store that sends them, change notices
+//! that wake a waiter. Replies are judged at the instant the store
 //! decided them ([`Timing`]): exactly when the store reports it, otherwise within the window
 //! between two reads of the store's clock (see [`judge`]). Grants that carry fences are held to
 //! `F1`. A run takes a few seconds on a local store.
 //!
 //! # What it does not check
 //!
-//! Change notices ([`idem::Store::changed`]), durability across a restart or a failover, and
-//! behaviour under faults (a lost reply, a partition): those depend on the store's deployment
+//! Durability across a restart or a failover, and behaviour under faults (a lost reply, a partition): those depend on the store's deployment
 //! and are each store's own tests.
 
 pub mod broken;
@@ -103,6 +103,14 @@ pub async fn run<S: Subject>(name: &str, subject: &S, config: &Config) -> Report
             Check::Sizes => passed(checks::sizes::run(subject).await),
             Check::Names => passed(checks::names::run(subject).await),
             Check::Differential => passed(checks::differential::run(subject, config).await),
+            Check::Notices => match checks::notices::run(subject).await {
+                Ok(Some(what)) => Verdict::Passed(what),
+                Ok(None) => Verdict::Skipped(
+                    "the store sends no change notices (waiters reserve again at their backoff)"
+                        .to_owned(),
+                ),
+                Err(divergence) => Verdict::Failed(divergence),
+            },
         };
         results.push(CheckResult {
             check,

@@ -33,11 +33,15 @@ pub enum Check {
     /// Random command sequences, with time moving, agree with the record machine step for
     /// step; a failure is shrunk to a short history.
     Differential,
+    /// For a store that sends change notices: a waiter told "in flight" is woken when the
+    /// holder completes or releases, with its watch registered before its reserve or after,
+    /// and when the change lands before the watch is first polled.
+    Notices,
 }
 
 impl Check {
     /// Every check, in the order a run makes them.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::Transitions,
         Check::Owners,
         Check::Expiry,
@@ -46,6 +50,7 @@ impl Check {
         Check::Sizes,
         Check::Names,
         Check::Differential,
+        Check::Notices,
     ];
 
     /// The check's name in reports.
@@ -59,6 +64,7 @@ impl Check {
             Check::Sizes => "sizes",
             Check::Names => "names",
             Check::Differential => "differential",
+            Check::Notices => "notices",
         }
     }
 }

@@ -61,6 +61,13 @@ pub trait Subject: Send + Sync {
         async { Ok(false) }
     }
 
+    /// Whether the store sends change notices ([`Store::changed`] and [`Store::watch`] resolve
+    /// when a record stops being pending), for the `notices` check; `false` (the trait's
+    /// provided methods, which never resolve) skips it.
+    fn notifies(&self) -> bool {
+        false
+    }
+
     /// The largest stored result, in bytes, the store promises to keep byte for byte; the
     /// kit stores one of exactly this size. 1 MiB unless the store says otherwise.
     fn max_body(&self) -> usize {
@@ -79,5 +86,9 @@ impl Subject for MemoryStore {
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         Ok(MemoryStore::now(self))
+    }
+
+    fn notifies(&self) -> bool {
+        true
     }
 }

@@ -12,7 +12,15 @@ async fn memory_store_conforms() {
     let report = run("MemoryStore", &MemoryStore::new(), &Config::default()).await;
     println!("{report}");
     assert!(report.passed(), "{report}");
-    // It keeps typed records: the one check it cannot take is said, not hidden.
+    // It keeps typed records: the one check it cannot take is said, not hidden. Its change
+    // notices are checked.
+    assert!(
+        matches!(
+            report.result(Check::Notices).map(|result| &result.verdict),
+            Some(Verdict::Passed(_))
+        ),
+        "{report}"
+    );
     let skipped: Vec<Check> = report.skipped().map(|result| result.check).collect();
     assert_eq!(skipped, vec![Check::Corrupt], "{report}");
 }
@@ -51,6 +59,13 @@ async fn a_store_without_a_lock_is_caught_by_the_races() {
     let failed = caught(Flaw::Unlocked).await;
     // Sent one at a time its commands are right: only the races see it.
     assert_eq!(failed, vec![Check::Races]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_starts_at_its_first_poll_is_caught_by_the_notices() {
+    let failed = caught(Flaw::WatchFromFirstPoll).await;
+    // Its commands are right: only a change before the first poll shows the lost wake-up.
+    assert_eq!(failed, vec![Check::Notices]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

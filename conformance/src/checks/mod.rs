@@ -5,6 +5,7 @@ pub(crate) mod corrupt;
 pub(crate) mod differential;
 pub(crate) mod expiry;
 pub(crate) mod names;
+pub(crate) mod notices;
 pub(crate) mod owners;
 pub(crate) mod races;
 pub(crate) mod sizes;

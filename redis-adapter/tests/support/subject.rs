@@ -38,6 +38,11 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> Subject for OnRedis<C> {
         Ok(Timestamp::from_millis(secs * 1000 + micros / 1000))
     }
 
+    /// Notices are on by default (`RedisStoreBuilder::watch`).
+    fn notifies(&self) -> bool {
+        true
+    }
+
     async fn plant_corrupt(&self, operation: &Operation, key: &Key) -> Result<bool, BoxError> {
         redis::cmd("SET")
             .arg(self.store.layout().record_key(operation, key))
