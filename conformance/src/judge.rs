@@ -9,10 +9,11 @@
 //! blames a store for the width of its window.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
-use idem_core::record::{Command, Record, Reply, StoredResult, Write, apply, apply_fenced};
-use idem_core::{Fence, Key, Operation, Timestamp};
+use idem_core::record::{
+    Command, Record, Reply, Reservation, StoredResult, Write, apply, apply_fenced,
+};
+use idem_core::{Fence, Fingerprint, Key, Operation, OwnerToken, Timestamp};
 
 use crate::timing::Timing;
 
@@ -245,45 +246,111 @@ fn describe_body(result: &StoredResult) -> String {
     }
 }
 
+/// An owner in a history line: its number when it is small (the kit's own owners are 1, 2,
+/// 3, …), else its first hex digits.
+fn describe_owner(owner: OwnerToken) -> String {
+    let bits = owner.as_u128();
+    if bits < 1 << 20 {
+        format!("owner {bits}")
+    } else {
+        format!("owner {:08x}…", bits >> 96)
+    }
+}
+
+/// A fingerprint in a history line: its first hex digits, enough to tell two apart.
+fn describe_fingerprint(fingerprint: Fingerprint) -> String {
+    let hex = fingerprint.to_string();
+    format!("fp {}", &hex[..hex.len().min(8)])
+}
+
 /// A command in a history line.
 pub fn describe_command(command: &Command) -> String {
     match command {
+        Command::Reserve {
+            owner,
+            fingerprint,
+            lease,
+        } => format!(
+            "Reserve({}, {}, lease {lease:?})",
+            describe_owner(*owner),
+            describe_fingerprint(*fingerprint)
+        ),
         Command::Complete {
             owner,
             fingerprint,
             result,
             retention,
         } => format!(
-            "Complete {{ owner: {owner:?}, fingerprint: {fingerprint:?}, result: {}, retention: {retention:?} }}",
+            "Complete({}, {}, {}, retention {retention:?})",
+            describe_owner(*owner),
+            describe_fingerprint(*fingerprint),
             describe_body(result)
         ),
-        other => format!("{other:?}"),
+        Command::Renew { owner, lease } => {
+            format!("Renew({}, lease {lease:?})", describe_owner(*owner))
+        }
+        Command::Release { owner } => format!("Release({})", describe_owner(*owner)),
+        Command::Read => "Read".to_owned(),
+    }
+}
+
+fn describe_reservation(reservation: &Reservation) -> String {
+    let until = reservation
+        .lease_until
+        .map_or_else(|| "unsaid".to_owned(), |until| format!("{until:?}"));
+    let fence = reservation
+        .fence
+        .map_or_else(String::new, |fence| format!(", fence {}", fence.get()));
+    format!(
+        "{}, until {until}{fence}",
+        describe_owner(reservation.owner)
+    )
+}
+
+/// A record in a history line.
+pub fn describe_record(record: &Record) -> String {
+    match record {
+        Record::Pending {
+            owner,
+            fingerprint,
+            lease_until,
+            fence,
+        } => format!(
+            "Pending({}, {}, until {lease_until:?}{})",
+            describe_owner(*owner),
+            describe_fingerprint(*fingerprint),
+            fence.map_or_else(String::new, |fence| format!(", fence {}", fence.get()))
+        ),
+        Record::Completed {
+            owner,
+            fingerprint,
+            result,
+            expires_at,
+        } => format!(
+            "Completed({}, {}, {}, until {expires_at:?})",
+            describe_owner(*owner),
+            describe_fingerprint(*fingerprint),
+            describe_body(result)
+        ),
     }
 }
 
 /// A reply in a history line.
 pub fn describe_reply(reply: &Reply) -> String {
     match reply {
-        Reply::Replay { result, remaining } => {
-            format!(
-                "Replay {{ result: {}, remaining: {remaining:?} }}",
-                describe_body(result)
-            )
-        }
-        Reply::Read(Some(Record::Completed {
-            owner,
-            fingerprint,
-            result,
-            expires_at,
-        })) => {
-            let mut out = String::new();
-            let _ = write!(
-                out,
-                "Read(Completed {{ owner: {owner:?}, fingerprint: {fingerprint:?}, result: {}, expires_at: {expires_at:?} }})",
-                describe_body(result)
-            );
-            out
-        }
+        Reply::Reserved(reservation) => format!("Reserved({})", describe_reservation(reservation)),
+        Reply::Renewed(reservation) => format!("Renewed({})", describe_reservation(reservation)),
+        Reply::InFlight { lease_until } => match lease_until {
+            Some(until) => format!("InFlight(until {until:?})"),
+            None => "InFlight".to_owned(),
+        },
+        Reply::Replay { result, remaining } => match remaining {
+            Some(left) => format!("Replay({}, {left:?} left)", describe_body(result)),
+            None => format!("Replay({})", describe_body(result)),
+        },
+        Reply::KeyReuse { stored } => format!("KeyReuse(stored {})", describe_fingerprint(*stored)),
+        Reply::Read(Some(record)) => format!("Read({})", describe_record(record)),
+        Reply::Read(None) => "Read(absent)".to_owned(),
         other => format!("{other:?}"),
     }
 }

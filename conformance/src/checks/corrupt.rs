@@ -49,7 +49,10 @@ pub(crate) async fn run<S: Subject>(subject: &S) -> Result<Option<String>, Diver
             .store()
             .apply(&operation, &key, command.clone())
             .await;
-        history.push(format!("{operation}/{key} {command:?} -> {reply:?}"));
+        history.push(format!(
+            "{operation}/{key} {} -> {reply:?}",
+            crate::judge::describe_command(&command)
+        ));
         if !matches!(reply, Err(StoreError::Corrupt { .. })) {
             return Err(Divergence {
                 detail: format!(

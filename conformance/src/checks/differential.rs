@@ -134,7 +134,7 @@ pub(crate) async fn run<S: Subject>(subject: &S, config: &Config) -> Result<Stri
             let (steps, divergence) = shrink(subject, steps, first).await;
             let mut divergence = divergence;
             divergence.detail = format!(
-                "case {n} of seed {:#x}, shrunk to {} steps: {}",
+                "case {n} of seed {:#x}, shrunk to {} step(s): {}",
                 config.seed,
                 steps.len(),
                 divergence.detail

@@ -13,6 +13,7 @@ use idem_core::record::{Command, Completion, Record, Reply};
 use idem_core::{Key, Operation};
 
 use super::{LONG, Names, Session, fingerprint, owner, value};
+use crate::judge::describe_reply;
 use crate::report::Divergence;
 use crate::subject::Subject;
 
@@ -77,7 +78,10 @@ async fn reserves<S: Subject>(
     let mut granted = Vec::new();
     let mut lines = Vec::new();
     for (who, reply) in (1..=RACERS).zip(replies) {
-        lines.push(format!("owner {who}: {reply:?}"));
+        lines.push(match &reply {
+            Ok((reply, timing)) => format!("owner {who}: {} {timing}", describe_reply(reply)),
+            Err(error) => format!("owner {who}: error: {error}"),
+        });
         match reply {
             Ok((Reply::Reserved(grant), _)) => granted.push(grant.owner),
             Ok((Reply::InFlight { .. }, _)) => {}
