@@ -1,9 +1,10 @@
 //! Stores with one bug each, kept to show that the kit catches it: a check that passes every
 //! store, broken ones included, checks nothing.
 //!
-//! Each is the record machine in memory, as [`idem::MemoryStore`] is, with one [`Flaw`] a
-//! store author could write by mistake. They are not for use: every one of them can run an
-//! action twice.
+//! [`BrokenStore`] is the record machine in memory, as [`idem::MemoryStore`] is, with one
+//! [`Flaw`] a store author could write by mistake. [`InFront`] plays one [`Bug`] in front of a
+//! real store, so that a store's own tests show the kit catching it on that store. They are not
+//! for use: every one of them can run an action twice.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,9 +15,10 @@ use tokio::sync::Notify;
 
 use idem::{Store, StoreError};
 use idem_core::record::{Command, Record, Reply, apply};
-use idem_core::{Key, Operation, Timestamp};
+use idem_core::{Fence, Key, Operation, Timestamp};
 
 use crate::subject::Subject;
+use crate::timing::Timing;
 
 /// The one bug of a [`BrokenStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,5 +218,141 @@ impl Subject for BrokenStore {
 
     fn notifies(&self) -> bool {
         true
+    }
+}
+
+/// A bug played in front of a real store by [`InFront`]: the store itself is right, and the
+/// wrapper makes it answer as a store with the bug would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bug {
+    /// Complete, renew and release are sent under the live holder's token, whoever sends
+    /// them: as if the store did not check the owner (rule 4).
+    NoOwnerCheck,
+    /// A reserve is sent under the held record's fingerprint: as if the store did not compare
+    /// fingerprints, and replayed one request's result to another (`I4`).
+    NoFingerprintCheck,
+    /// Every decision is reported `behind` the instant the store made it at: as if the store
+    /// judged expiry by a clock other than the one it reports (rule 10).
+    SkewedClock {
+        /// How far behind.
+        behind: Duration,
+    },
+    /// Every grant of a key carries the fence of its first grant: as if the store kept one
+    /// fence per key and never raised it on a takeover (`F1`).
+    FirstFenceForever,
+}
+
+/// A real store's subject with one [`Bug`] played in front of it: the kit's checks, run on it,
+/// must each be caught where the bug shows. Each store's differential test runs these on the
+/// real store, so the check is shown to catch them there, not only on [`BrokenStore`].
+#[derive(Debug)]
+pub struct InFront<S> {
+    subject: S,
+    bug: Bug,
+    first_fences: Mutex<HashMap<(Operation, Key), Fence>>,
+}
+
+impl<S: Subject> InFront<S> {
+    /// `subject` with `bug` in front.
+    pub fn new(subject: S, bug: Bug) -> Self {
+        Self {
+            subject,
+            bug,
+            first_fences: Mutex::default(),
+        }
+    }
+
+    /// The subject behind.
+    pub fn inner(&self) -> &S {
+        &self.subject
+    }
+
+    /// What the key holds now, live.
+    async fn holder(&self, operation: &Operation, key: &Key) -> Result<Option<Record>, StoreError> {
+        match self
+            .subject
+            .apply_timed(operation, key, Command::Read)
+            .await?
+        {
+            (Reply::Read(record), _) => Ok(record),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl<S: Subject> Subject for InFront<S> {
+    type Store = S::Store;
+
+    fn store(&self) -> &S::Store {
+        self.subject.store()
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.subject.now().await
+    }
+
+    async fn apply_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        mut command: Command,
+    ) -> Result<(Reply, Timing), StoreError> {
+        match self.bug {
+            Bug::NoOwnerCheck => {
+                if let Some(record) = self.holder(operation, key).await? {
+                    match &mut command {
+                        Command::Complete { owner, .. }
+                        | Command::Renew { owner, .. }
+                        | Command::Release { owner } => *owner = record.owner(),
+                        _ => {}
+                    }
+                }
+                self.subject.apply_timed(operation, key, command).await
+            }
+            Bug::NoFingerprintCheck => {
+                if let Command::Reserve { fingerprint, .. } = &mut command
+                    && let Some(record) = self.holder(operation, key).await?
+                {
+                    *fingerprint = record.fingerprint();
+                }
+                self.subject.apply_timed(operation, key, command).await
+            }
+            Bug::SkewedClock { behind } => {
+                let (reply, timing) = self.subject.apply_timed(operation, key, command).await?;
+                let back = |at: Timestamp| {
+                    Timestamp::from_millis(
+                        at.as_millis()
+                            .saturating_sub(u64::try_from(behind.as_millis()).unwrap_or(u64::MAX)),
+                    )
+                };
+                let timing = match timing {
+                    Timing::At(at) => Timing::At(back(at)),
+                    Timing::Within(from, to) => Timing::Within(back(from), back(to)),
+                };
+                Ok((reply, timing))
+            }
+            Bug::FirstFenceForever => {
+                let (mut reply, timing) = self.subject.apply_timed(operation, key, command).await?;
+                if let Reply::Reserved(grant) = &mut reply
+                    && let Some(fence) = grant.fence
+                {
+                    let mut first = self
+                        .first_fences
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    grant.fence = Some(
+                        *first
+                            .entry((operation.clone(), key.clone()))
+                            .or_insert(fence),
+                    );
+                }
+                Ok((reply, timing))
+            }
+        }
+    }
+
+    fn notifies(&self) -> bool {
+        self.subject.notifies()
     }
 }

@@ -5,21 +5,24 @@
 //!
 //! The checker is shown to catch bugs: deliberately broken stores (statements without the
 //! owner check, without the fingerprint check, with expiry judged by the client's clock, and
-//! handing a takeover the first holder's fence), built here in the harness around the real
-//! store, must each be caught.
+//! handing a takeover the first holder's fence), played in front of the real store
+//! by the kit (`idem_conformance::broken::InFront`), must each be caught.
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::time::Duration;
 
-use idem::StoreError;
-use idem_conformance::{Check, Config, Subject, Timing, Verdict, run};
-use idem_core::record::{Command, Record, Reply};
-use idem_core::{Fence, Key, Operation, Timestamp};
+use idem_conformance::broken::{Bug, InFront};
+use idem_conformance::{Check, Config, Subject, Verdict, run};
 use idem_postgres::PostgresStore;
 use support::TestDb;
 use support::subject::OnPostgres;
+
+/// A store that reports its decisions 20 ms behind the clock it judged by, as one judging
+/// expiry by a client clock running behind would.
+const SKEWED: Bug = Bug::SkewedClock {
+    behind: Duration::from_millis(20),
+};
 
 /// Runs `cases` random sequences of the kit's differential check; the first divergence,
 /// shrunk, with its history, is the error.
@@ -44,162 +47,11 @@ fn check<S: Subject>(
     }
 }
 
-/// The wrapped store's clock, for the broken subjects below.
-async fn server_now(store: &PostgresStore) -> Result<Timestamp, StoreError> {
-    store
-        .apply_timed(
-            &Operation::new("clock").unwrap(),
-            &Key::new("clock").unwrap(),
-            Command::Read,
-        )
-        .await
-        .map(|(_, now)| now)
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
-}
-
-async fn holder(store: &PostgresStore, operation: &Operation, key: &Key) -> Option<Record> {
-    match store.apply_timed(operation, key, Command::Read).await {
-        Ok((Reply::Read(record), _)) => record,
-        _ => None,
-    }
-}
-
-/// Broken on purpose: as if the statements did not check the owner token (complete, renew
-/// and release act for whoever holds the key).
-struct NoOwnerCheck(PostgresStore);
-
-impl Subject for NoOwnerCheck {
-    type Store = PostgresStore;
-
-    fn store(&self) -> &PostgresStore {
-        &self.0
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        server_now(&self.0).await
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let Some(record) = holder(&self.0, operation, key).await {
-            match &mut command {
-                Command::Complete { owner, .. }
-                | Command::Renew { owner, .. }
-                | Command::Release { owner } => *owner = record.owner(),
-                _ => {}
-            }
-        }
-        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
-        Ok((reply, Timing::At(now)))
-    }
-}
-
-/// Broken on purpose: as if the reserve statement did not compare fingerprints.
-struct NoFingerprintCheck(PostgresStore);
-
-impl Subject for NoFingerprintCheck {
-    type Store = PostgresStore;
-
-    fn store(&self) -> &PostgresStore {
-        &self.0
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        server_now(&self.0).await
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let (Some(record), Command::Reserve { fingerprint, .. }) =
-            (holder(&self.0, operation, key).await, &mut command)
-        {
-            *fingerprint = record.fingerprint();
-        }
-        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
-        Ok((reply, Timing::At(now)))
-    }
-}
-
-/// Broken on purpose: every grant of a key carries the fence of its first grant, as a store
-/// that kept one fence per key and never advanced it on a takeover would.
-struct FirstFenceForever {
-    store: PostgresStore,
-    first: Mutex<HashMap<(Operation, Key), Fence>>,
-}
-
-impl Subject for FirstFenceForever {
-    type Store = PostgresStore;
-
-    fn store(&self) -> &PostgresStore {
-        &self.store
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        server_now(&self.store).await
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
-        if let Reply::Reserved(grant) = &mut reply
-            && let Some(fence) = grant.fence
-        {
-            let mut first = self.first.lock().unwrap();
-            grant.fence = Some(
-                *first
-                    .entry((operation.clone(), key.clone()))
-                    .or_insert(fence),
-            );
-        }
-        Ok((reply, Timing::At(now)))
-    }
-}
-
-/// Broken on purpose: reports its decisions as made 20 ms before the server's clock, as a
-/// store that judged expiry by a client clock running behind would.
-struct SkewedClock(PostgresStore);
-
-impl Subject for SkewedClock {
-    type Store = PostgresStore;
-
-    fn store(&self) -> &PostgresStore {
-        &self.0
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        server_now(&self.0).await
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
-        Ok((
-            reply,
-            Timing::At(Timestamp::from_millis(now.as_millis().saturating_sub(20))),
-        ))
-    }
 }
 
 #[test]
@@ -243,12 +95,23 @@ fn the_reserve_statement_alone_agrees_with_the_record_machine() {
     assert_eq!(stats.unavailable + stats.corrupt, 0, "{stats:?}");
 }
 
+/// The store on a pool of two, its table migrated, as the kit's subject.
+fn on_postgres(runtime: &tokio::runtime::Runtime, db: &TestDb) -> OnPostgres {
+    runtime.block_on(async {
+        OnPostgres {
+            store: db.store(2).await,
+            pool: db.pool(1).await,
+        }
+    })
+}
+
 #[test]
 fn the_checker_catches_a_store_without_the_owner_check() {
     let runtime = runtime();
     let db = runtime.block_on(TestDb::create());
-    let store = runtime.block_on(db.store(2));
-    let failure = check(&runtime, &NoOwnerCheck(store), 256).expect_err("must be caught");
+    let subject = on_postgres(&runtime, &db);
+    let failure = check(&runtime, &InFront::new(subject, Bug::NoOwnerCheck), 256)
+        .expect_err("must be caught");
     assert!(failure.contains("record machine"), "{failure}");
 }
 
@@ -256,8 +119,13 @@ fn the_checker_catches_a_store_without_the_owner_check() {
 fn the_checker_catches_a_store_without_the_fingerprint_check() {
     let runtime = runtime();
     let db = runtime.block_on(TestDb::create());
-    let store = runtime.block_on(db.store(2));
-    let failure = check(&runtime, &NoFingerprintCheck(store), 256).expect_err("must be caught");
+    let subject = on_postgres(&runtime, &db);
+    let failure = check(
+        &runtime,
+        &InFront::new(subject, Bug::NoFingerprintCheck),
+        256,
+    )
+    .expect_err("must be caught");
     assert!(failure.contains("record machine"), "{failure}");
 }
 
@@ -265,8 +133,8 @@ fn the_checker_catches_a_store_without_the_fingerprint_check() {
 fn the_checker_catches_expiry_judged_by_another_clock() {
     let runtime = runtime();
     let db = runtime.block_on(TestDb::create());
-    let store = runtime.block_on(db.store(2));
-    let failure = check(&runtime, &SkewedClock(store), 256).expect_err("must be caught");
+    let subject = on_postgres(&runtime, &db);
+    let failure = check(&runtime, &InFront::new(subject, SKEWED), 256).expect_err("must be caught");
     assert!(failure.contains("record machine"), "{failure}");
 }
 
@@ -274,10 +142,7 @@ fn the_checker_catches_expiry_judged_by_another_clock() {
 fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
     let runtime = runtime();
     let db = runtime.block_on(TestDb::create());
-    let store = FirstFenceForever {
-        store: runtime.block_on(db.store(2)),
-        first: Mutex::default(),
-    };
+    let store = InFront::new(on_postgres(&runtime, &db), Bug::FirstFenceForever);
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("F1"), "{failure}");
 }

@@ -5,20 +5,24 @@
 //!
 //! The checker is shown to catch bugs: deliberately broken stores (without the owner
 //! check, with expiry judged by another clock, handing a takeover the first holder's
-//! fence), built here around the real store, must each be caught.
+//! fence), played in front of the real store by the kit
+//! (`idem_conformance::broken::InFront`), must each be caught.
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::time::Duration;
 
-use idem::StoreError;
-use idem_conformance::{Check, Config, Subject, Timing, Verdict, run};
-use idem_core::record::{Command, Record, Reply};
-use idem_core::{Fence, Key, Operation, Timestamp};
+use idem_conformance::broken::{Bug, InFront};
+use idem_conformance::{Check, Config, Subject, Verdict, run};
 use idem_sqlite::SqliteStore;
 use support::subject::OnSqlite;
 use support::{TempDir, runtime};
+
+/// A store that reports its decisions 20 ms behind the clock it judged by, as one judging
+/// expiry by a client clock running behind would.
+const SKEWED: Bug = Bug::SkewedClock {
+    behind: Duration::from_millis(20),
+};
 
 /// Runs `cases` random sequences of the kit's differential check; the first divergence,
 /// shrunk, with its history, is the error.
@@ -40,113 +44,6 @@ fn check<S: Subject>(
         Some(Verdict::Passed(_)) => Ok(()),
         Some(Verdict::Failed(divergence)) => Err(divergence.to_string()),
         _ => Err(format!("the differential check did not run: {report}")),
-    }
-}
-
-async fn holder(store: &SqliteStore, operation: &Operation, key: &Key) -> Option<Record> {
-    match store.apply_timed(operation, key, Command::Read).await {
-        Ok((Reply::Read(record), _)) => record,
-        _ => None,
-    }
-}
-
-/// Broken on purpose: as if complete, renew and release did not check the owner token.
-struct NoOwnerCheck(SqliteStore);
-
-impl Subject for NoOwnerCheck {
-    type Store = SqliteStore;
-
-    fn store(&self) -> &SqliteStore {
-        &self.0
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        Ok(self.0.now())
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        mut command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        if let Some(record) = holder(&self.0, operation, key).await {
-            match &mut command {
-                Command::Complete { owner, .. }
-                | Command::Renew { owner, .. }
-                | Command::Release { owner } => *owner = record.owner(),
-                _ => {}
-            }
-        }
-        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
-        Ok((reply, Timing::At(now)))
-    }
-}
-
-/// Broken on purpose: every grant of a key carries the fence of its first grant.
-struct FirstFenceForever {
-    store: SqliteStore,
-    first: Mutex<HashMap<(Operation, Key), Fence>>,
-}
-
-impl Subject for FirstFenceForever {
-    type Store = SqliteStore;
-
-    fn store(&self) -> &SqliteStore {
-        &self.store
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        Ok(self.store.now())
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
-        if let Reply::Reserved(grant) = &mut reply
-            && let Some(fence) = grant.fence
-        {
-            let mut first = self.first.lock().unwrap();
-            grant.fence = Some(
-                *first
-                    .entry((operation.clone(), key.clone()))
-                    .or_insert(fence),
-            );
-        }
-        Ok((reply, Timing::At(now)))
-    }
-}
-
-/// Broken on purpose: reports its decisions as made 20 ms before the store's clock, as a
-/// store that judged expiry by a clock running behind would.
-struct SkewedClock(SqliteStore);
-
-impl Subject for SkewedClock {
-    type Store = SqliteStore;
-
-    fn store(&self) -> &SqliteStore {
-        &self.0
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        Ok(self.0.now())
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (reply, now) = self.0.apply_timed(operation, key, command).await?;
-        Ok((
-            reply,
-            Timing::At(Timestamp::from_millis(now.as_millis().saturating_sub(20))),
-        ))
     }
 }
 
@@ -228,7 +125,19 @@ fn sqlite_without_group_commit_agrees_with_the_record_machine() {
 fn the_checker_catches_a_store_without_the_owner_check() {
     let runtime = runtime();
     let dir = TempDir::new();
-    let store = NoOwnerCheck(open(&runtime, &dir, true));
+    let store = InFront::new(OnSqlite(open(&runtime, &dir, true)), Bug::NoOwnerCheck);
+    let failure = check(&runtime, &store, 256).expect_err("must be caught");
+    assert!(failure.contains("record machine"), "{failure}");
+}
+
+#[test]
+fn the_checker_catches_a_store_without_the_fingerprint_check() {
+    let runtime = runtime();
+    let dir = TempDir::new();
+    let store = InFront::new(
+        OnSqlite(open(&runtime, &dir, true)),
+        Bug::NoFingerprintCheck,
+    );
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("record machine"), "{failure}");
 }
@@ -237,7 +146,7 @@ fn the_checker_catches_a_store_without_the_owner_check() {
 fn the_checker_catches_expiry_judged_by_another_clock() {
     let runtime = runtime();
     let dir = TempDir::new();
-    let store = SkewedClock(open(&runtime, &dir, true));
+    let store = InFront::new(OnSqlite(open(&runtime, &dir, true)), SKEWED);
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("record machine"), "{failure}");
 }
@@ -246,10 +155,7 @@ fn the_checker_catches_expiry_judged_by_another_clock() {
 fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
     let runtime = runtime();
     let dir = TempDir::new();
-    let store = FirstFenceForever {
-        store: open(&runtime, &dir, true),
-        first: Mutex::default(),
-    };
+    let store = InFront::new(OnSqlite(open(&runtime, &dir, true)), Bug::FirstFenceForever);
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("F1"), "{failure}");
 }
