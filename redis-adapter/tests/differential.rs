@@ -8,24 +8,17 @@
 //! catalogue that can be played in front of the real store (each owner check forgotten, the
 //! fingerprint check forgotten, a panic recorded as a result not stored), a fast reserve whose
 //! key outlives its lease, and a fenced store that hands a takeover the first holder's fence,
-//! built here in the harness around the real store, must each be caught.
+//! played in front of the real store by the kit (`idem_conformance::broken::InFront`), must
+//! each be caught.
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
-use idem::StoreError;
 use idem_check::Variant;
-use idem_conformance::{Subject, Timing};
-use idem_core::record::{Command, Reply};
-use idem_core::{Fence, Key, Operation, Timestamp};
+use idem_conformance::broken::{Bug, InFront};
 use idem_redis::RedisStore;
 use support::RedisServer;
 use support::broken::TimedInFront;
-use support::differential::{
-    FastPaths, ThroughScripts, assert_grants_are_fenced, check, scripts_now,
-};
+use support::differential::{FastPaths, ThroughScripts, assert_grants_are_fenced, check};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -193,55 +186,18 @@ fn the_checker_catches_a_store_that_forgets_a_panic() {
     assert!(failure.contains("Panicked"), "{failure}");
 }
 
-/// Broken on purpose: every grant of a key carries the fence of its first grant, as a store
-/// that kept one fence per key and never advanced it would.
-struct FirstFenceForever {
-    store: RedisStore,
-    first: Mutex<HashMap<(Operation, Key), Fence>>,
-}
-
-impl Subject for FirstFenceForever {
-    type Store = RedisStore;
-
-    fn store(&self) -> &RedisStore {
-        &self.store
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        scripts_now(&self.store).await
-    }
-
-    async fn apply_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timing), StoreError> {
-        let (mut reply, now) = self.store.apply_timed(operation, key, command).await?;
-        if let Reply::Reserved(grant) = &mut reply
-            && let Some(fence) = grant.fence
-        {
-            let mut first = self.first.lock().unwrap();
-            grant.fence = Some(
-                *first
-                    .entry((operation.clone(), key.clone()))
-                    .or_insert(fence),
-            );
-        }
-        Ok((reply, Timing::At(now)))
-    }
-}
-
 #[test]
 fn the_checker_catches_a_takeover_under_the_first_holders_fence() {
     let server = RedisServer::start();
     let runtime = runtime();
-    let store = FirstFenceForever {
-        store: runtime
-            .block_on(RedisStore::builder().fences(true).connect(&server.url()))
-            .unwrap(),
-        first: Mutex::default(),
-    };
+    let store = InFront::new(
+        ThroughScripts(
+            runtime
+                .block_on(RedisStore::builder().fences(true).connect(&server.url()))
+                .unwrap(),
+        ),
+        Bug::FirstFenceForever,
+    );
     let failure = check(&runtime, &store, 256).expect_err("must be caught");
     assert!(failure.contains("F1"), "{failure}");
 }
