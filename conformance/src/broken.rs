@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use idem::{Store, StoreError};
-use idem_core::record::{Command, Record, Reply, apply};
+use idem_core::record::{Body, Command, Record, Reply, StoredResult, apply};
 use idem_core::{Fence, Key, Operation, Timestamp};
 
 use crate::subject::Subject;
 use crate::timing::Timing;
+
+/// Where [`Flaw::TruncatesBodies`] cuts a stored result.
+const TRUNCATED_AT: usize = 64 * 1024;
 
 /// The one bug of a [`BrokenStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +43,13 @@ pub enum Flaw {
     /// [`Store::changed`] is called: a complete or release that lands in between is lost, and
     /// the waiter sleeps through it to its backoff.
     WatchFromFirstPoll,
+    /// Keys are compared without regard to case, as under a case-insensitive collation:
+    /// `Order-1` and `order-1` name one record, so one request replays another's result
+    /// (`I12`).
+    CaseInsensitiveKeys,
+    /// A stored result is cut to its first 64 KiB, as by a column too small for it: a replay
+    /// answers a body the action never returned (`I8`).
+    TruncatesBodies,
 }
 
 /// The record machine in memory with one [`Flaw`].
@@ -165,7 +175,30 @@ impl Store for BrokenStore {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        let name = (operation.clone(), key.clone());
+        let name = match self.flaw {
+            Flaw::CaseInsensitiveKeys => (
+                operation.clone(),
+                Key::new(key.as_str().to_ascii_lowercase()).unwrap_or_else(|_| key.clone()),
+            ),
+            _ => (operation.clone(), key.clone()),
+        };
+        let command = match (self.flaw, command) {
+            (
+                Flaw::TruncatesBodies,
+                Command::Complete {
+                    owner,
+                    fingerprint,
+                    result: StoredResult::Value(body),
+                    retention,
+                },
+            ) if body.len() > TRUNCATED_AT => Command::Complete {
+                owner,
+                fingerprint,
+                result: StoredResult::Value(Body::new(&body.as_bytes()[..TRUNCATED_AT])),
+                retention,
+            },
+            (_, command) => command,
+        };
         if self.flaw == Flaw::Unlocked {
             let stored = self.records().get(&name).cloned();
             // Other commands run here, on what is now a stale read.

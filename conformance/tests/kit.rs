@@ -69,6 +69,19 @@ async fn a_watch_that_starts_at_its_first_poll_is_caught_by_the_notices() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_folds_the_case_of_keys_is_caught_by_the_names() {
+    let failed = caught(Flaw::CaseInsensitiveKeys).await;
+    // The kit's own keys are lower case: only the names check sends two that differ in case.
+    assert_eq!(failed, vec![Check::Names]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cuts_large_bodies_is_caught_by_the_sizes() {
+    let failed = caught(Flaw::TruncatesBodies).await;
+    assert_eq!(failed, vec![Check::Sizes]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_names_its_seed_and_a_short_history() {
     let config = Config {
         checks: vec![Check::Differential],

@@ -164,6 +164,8 @@ fn every_broken_store_is_caught() {
         ),
         (Flaw::Unlocked, Check::Races),
         (Flaw::WatchFromFirstPoll, Check::Notices),
+        (Flaw::CaseInsensitiveKeys, Check::Names),
+        (Flaw::TruncatesBodies, Check::Sizes),
     ] {
         let report = runtime.block_on(run(
             &format!("broken: {flaw:?}"),
