@@ -170,6 +170,49 @@ impl Operation {
     }
 }
 
+impl Operation {
+    /// The operation a store holds a record under, from the name the store keeps: a name
+    /// [`Operation::new`] accepts, or one [`Operation::for_tenant`] made (the name, then
+    /// [`TENANT_SCOPE`], then 32 lowercase hex digits). For tools that read records back
+    /// from a store (the operator's `idem list`); a service names its operations with
+    /// `new` and `for_tenant`, never this. Refused as `new` refuses, the scope included.
+    pub fn from_stored(name: impl AsRef<str>) -> Result<Self, OperationError> {
+        let name = name.as_ref();
+        let Some(at) = name.find(TENANT_SCOPE) else {
+            return Self::new(name);
+        };
+        let (base, scope) = (&name[..at], &name[at + TENANT_SCOPE.len()..]);
+        Self::new(base)?;
+        if name.len() > MAX_OPERATION_LEN {
+            return Err(OperationError::TooLong { len: name.len() });
+        }
+        if let Some((offset, found)) = scope
+            .char_indices()
+            .find(|(_, c)| !matches!(c, '0'..='9' | 'a'..='f'))
+        {
+            return Err(OperationError::InvalidCharacter {
+                found,
+                position: at + TENANT_SCOPE.len() + offset,
+            });
+        }
+        if scope.len() != 32 {
+            return Err(OperationError::InvalidCharacter {
+                found: '~',
+                position: at,
+            });
+        }
+        Ok(Self(name.into()))
+    }
+
+    /// The name without its tenant scope, and the scope's 32 hex digits if it has one.
+    pub fn tenant_scope(&self) -> (&str, Option<&str>) {
+        match self.0.find(TENANT_SCOPE) {
+            Some(at) => (&self.0[..at], Some(&self.0[at + TENANT_SCOPE.len()..])),
+            None => (&self.0, None),
+        }
+    }
+}
+
 /// What [`Operation::for_tenant`] puts between an operation's name and its tenant's hash.
 /// Its `~` is outside the alphabet of [`Operation::new`], so only a scoped operation holds
 /// it.

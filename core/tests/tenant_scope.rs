@@ -71,3 +71,34 @@ proptest! {
         }
     }
 }
+
+/// A tool that reads records back from a store gets the very operation the service used:
+/// the scoped name round-trips through `from_stored`, a plain one too, and a stored name
+/// that no service could have made is refused.
+#[test]
+fn stored_names_read_back_as_the_operations_that_wrote_them() {
+    let charge = Operation::new("payment.charge").unwrap();
+    let scoped = charge.for_tenant("acct-7").unwrap();
+    let back = Operation::from_stored(scoped.as_str()).unwrap();
+    assert_eq!(back, scoped);
+    let (base, scope) = back.tenant_scope();
+    assert_eq!(base, "payment.charge");
+    assert_eq!(scope.map(str::len), Some(32));
+    assert_eq!(Operation::from_stored("payment.charge").unwrap(), charge);
+    assert_eq!(charge.tenant_scope(), ("payment.charge", None));
+
+    let digits = &scoped.as_str()["payment.charge~t-".len()..];
+    for refused in [
+        format!("payment.charge~t-{}", &digits[..31]),
+        format!("payment.charge~t-{}0", digits),
+        format!("payment.charge~t-{}", digits.to_uppercase()),
+        format!("pay ment~t-{digits}"),
+        format!("~t-{digits}"),
+        format!("payment.charge~t-{digits}~t-{digits}"),
+    ] {
+        assert!(
+            Operation::from_stored(&refused).is_err(),
+            "{refused:?} accepted"
+        );
+    }
+}

@@ -111,6 +111,7 @@
 //!   body, never released; the caller still gets the value, and a retry gets
 //!   [`Error::ResultNotStored`] rather than a second effect.
 
+pub mod admin;
 pub mod answer;
 pub mod any_store;
 mod call;

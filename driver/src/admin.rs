@@ -1,0 +1,449 @@
+//! What an operator asks of a store: the records it holds, who holds a key and for how
+//! long, whether a stuck key may be let go, and whether the store keeps records as idem
+//! needs (MODEL.md, "The operator's tools").
+//!
+//! Every store crate implements [`AdminStore`] with its own layout and codec, the ones its
+//! [`Store`] reads and writes, so a tool built on this trait (the `idem` command) never
+//! reads a record any other way than the library does. Everything here is for a person or a
+//! script looking at a store, not for the attempt: nothing in [`Coordinator`] calls it.
+//!
+//! Two rules keep the operator's writes safe:
+//!
+//! - **Releasing a key is the record machine's `Release`**, sent with the owner token read
+//!   from the record ([`Command::Release`](idem_core::record::Command::Release)): the store
+//!   refuses it if the holder completed or released meanwhile, and a waiter is woken as for
+//!   any release. Whether to send it while the lease lives is the operator's choice; a
+//!   release under a live lease lets a retry run the action while the holder may still be
+//!   running (a second effect, which MODEL.md names as the operator's).
+//! - **Forgetting a record** ([`AdminStore::forget`]) deletes it only if it is still the
+//!   record of the owner the operator read *and* it is completed or its lease has run out,
+//!   both judged by the store at the delete: a record written after the read, or a lease
+//!   that lives, is never deleted by it.
+//!
+//! [`Coordinator`]: crate::Coordinator
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use idem_core::record::{Command, Record, Reply, StoredResult};
+use idem_core::{Key, Operation, OwnerToken, Timestamp};
+use thiserror::Error;
+
+use crate::store::{BoxError, Store, StoreError};
+
+/// A record read at one instant of the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The store's clock when it read the record.
+    pub now: Timestamp,
+    /// The live record, or `None` for an absent or expired key.
+    pub record: Option<Record>,
+}
+
+impl Inspection {
+    /// What the record is, at [`now`](Self::now).
+    pub fn state(&self) -> RecordState {
+        match &self.record {
+            None => RecordState::Absent,
+            Some(record) => RecordState::of(record, self.now),
+        }
+    }
+
+    /// How long the lease (of a pending record) or the retention (of a completed one) has
+    /// left at [`now`](Self::now).
+    pub fn time_left(&self) -> Option<Duration> {
+        self.record
+            .as_ref()
+            .map(|record| record.expires_at().saturating_duration_since(self.now))
+    }
+}
+
+/// The state of a record as an operator sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RecordState {
+    /// Held by a running attempt whose lease lives.
+    Pending,
+    /// Held by an attempt whose lease ran out, not yet taken over or swept: it reads as
+    /// absent (`I9`); a store that drops records at their deadline (Redis) never shows it.
+    Expired,
+    /// Completed with a result (or with its result not stored).
+    Completed,
+    /// Completed as "outcome unknown": the action panicked (rule 11).
+    Panicked,
+    /// Nothing under the key.
+    Absent,
+}
+
+impl RecordState {
+    /// The state of `record` at the store's `now`.
+    pub fn of(record: &Record, now: Timestamp) -> Self {
+        match record {
+            _ if record.is_expired(now) => match record {
+                Record::Pending { .. } => RecordState::Expired,
+                Record::Completed { .. } => RecordState::Absent,
+            },
+            Record::Pending { .. } => RecordState::Pending,
+            Record::Completed {
+                result: StoredResult::Panicked,
+                ..
+            } => RecordState::Panicked,
+            Record::Completed { .. } => RecordState::Completed,
+        }
+    }
+
+    /// Its name in the tool's output and JSON: `pending`, `expired`, `completed`,
+    /// `panicked`, `absent`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordState::Pending => "pending",
+            RecordState::Expired => "expired",
+            RecordState::Completed => "completed",
+            RecordState::Panicked => "panicked",
+            RecordState::Absent => "absent",
+        }
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which records [`AdminStore::list`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ListFilter {
+    /// Pending records: leases that live, and those that ran out and were not taken over.
+    #[default]
+    InFlight,
+    /// Every record the store holds.
+    All,
+}
+
+/// One page request of [`AdminStore::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only records of this operation (with or without a tenant scope: a scoped operation
+    /// matches its base name), or every operation.
+    pub operation: Option<Operation>,
+    /// Which records.
+    pub filter: ListFilter,
+    /// Where the page starts: `None` for the first, then the previous page's
+    /// [`next`](ListPage::next).
+    pub after: Option<Cursor>,
+    /// At most this many records in the page (a store may return fewer and still have more).
+    pub limit: u32,
+}
+
+impl ListQuery {
+    /// The first page of in-flight records of every operation, 100 at most.
+    pub fn in_flight() -> Self {
+        Self {
+            operation: None,
+            filter: ListFilter::InFlight,
+            after: None,
+            limit: 100,
+        }
+    }
+
+    /// Whether a record of `operation` in state `state` belongs in this listing.
+    pub fn matches(&self, operation: &Operation, state: RecordState) -> bool {
+        let operation_matches = self.operation.as_ref().is_none_or(|wanted| {
+            wanted == operation || wanted.as_str() == operation.tenant_scope().0
+        });
+        let state_matches = match self.filter {
+            ListFilter::InFlight => matches!(state, RecordState::Pending | RecordState::Expired),
+            ListFilter::All => state != RecordState::Absent,
+        };
+        operation_matches && state_matches
+    }
+}
+
+/// Where a listing goes on: opaque, made by the store that returned it and read only by it
+/// (a Redis SCAN cursor per node, the last SQL key seen).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Cursor(pub String);
+
+/// One record in a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The operation it is held under (tenant scope included).
+    pub operation: Operation,
+    /// Its key.
+    pub key: Key,
+    /// The record as the store holds it (an expired pending record included).
+    pub record: Record,
+}
+
+/// A page of [`AdminStore::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    /// The store's clock when the page was read (for every record's time left).
+    pub now: Timestamp,
+    /// The records, in the store's order.
+    pub records: Vec<Listed>,
+    /// The cursor of the next page, or `None` when this was the last.
+    pub next: Option<Cursor>,
+}
+
+/// Counts of one operation's records, by state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OperationStats {
+    /// The operation name as stored (tenant scope included).
+    pub operation: String,
+    /// Pending with a live lease.
+    pub pending: u64,
+    /// Pending with a lease that ran out, not yet taken over or swept.
+    pub expired: u64,
+    /// Completed with a stored result or without one.
+    pub completed: u64,
+    /// Completed as "outcome unknown".
+    pub panicked: u64,
+    /// Stored result bytes, summed over completed records.
+    pub body_bytes: u64,
+    /// The largest stored result, in bytes.
+    pub largest_body: u64,
+}
+
+impl OperationStats {
+    /// Adds `record`, read at the store's `now`.
+    pub fn add(&mut self, record: &Record, now: Timestamp) {
+        match RecordState::of(record, now) {
+            RecordState::Pending => self.pending += 1,
+            RecordState::Expired => self.expired += 1,
+            RecordState::Completed => self.completed += 1,
+            RecordState::Panicked => self.panicked += 1,
+            RecordState::Absent => return,
+        }
+        if let Record::Completed { result, .. } = record {
+            let len = result.value().map_or(0, |body| body.len() as u64);
+            self.body_bytes += len;
+            self.largest_body = self.largest_body.max(len);
+        }
+    }
+
+    /// Every record counted.
+    pub fn total(&self) -> u64 {
+        self.pending + self.expired + self.completed + self.panicked
+    }
+}
+
+/// Counts of a store's records by operation and state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// One entry per operation, sorted by name.
+    pub operations: Vec<OperationStats>,
+}
+
+impl StoreStats {
+    /// Adds `record` of `operation`, read at the store's `now`.
+    pub fn add(&mut self, operation: &str, record: &Record, now: Timestamp) {
+        let at = match self
+            .operations
+            .binary_search_by(|entry| entry.operation.as_str().cmp(operation))
+        {
+            Ok(at) => at,
+            Err(at) => {
+                let entry = OperationStats {
+                    operation: operation.to_owned(),
+                    ..OperationStats::default()
+                };
+                self.operations.insert(at, entry);
+                at
+            }
+        };
+        self.operations[at].add(record, now);
+    }
+}
+
+/// How a health check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Status {
+    /// As idem needs it.
+    Ok,
+    /// Works, but an operator should look (a clock far off, a pool at its limit).
+    Warn,
+    /// The store can lose records or refuse idem's commands as it is.
+    Fail,
+}
+
+impl Status {
+    /// `ok`, `warn` or `fail`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// One thing [`AdminStore::health`] looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What was checked: `eviction`, `layout`, `scripts`, `clock`, `pool`, …
+    pub name: String,
+    /// How it came out.
+    pub status: Status,
+    /// What was found, and for anything but `ok`, why it matters and what to do.
+    pub detail: String,
+}
+
+impl HealthCheck {
+    /// A check named `name`.
+    pub fn new(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            status,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What [`AdminStore::health`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The checks, in the order the store made them.
+    pub checks: Vec<HealthCheck>,
+}
+
+impl Health {
+    /// The worst status of any check (`Ok` when there are none).
+    pub fn status(&self) -> Status {
+        self.checks
+            .iter()
+            .map(|check| check.status)
+            .max()
+            .unwrap_or(Status::Ok)
+    }
+}
+
+/// The clock check every store makes: the store's clock against this machine's, read
+/// around it (`before` and `after` on this machine, `store` in between).
+///
+/// Leases and retention are judged by the store's clock (rule 10), so an offset does not
+/// break idem; it does make the tool's view of "time left" and the services' logs disagree
+/// with the store. Warned from 1 s off.
+pub fn clock_check(before: Timestamp, store: Timestamp, after: Timestamp) -> HealthCheck {
+    let round_trip = after.saturating_duration_since(before);
+    let local = before.saturating_add(round_trip / 2);
+    let (ahead, offset) = if store >= local {
+        (true, store.saturating_duration_since(local))
+    } else {
+        (false, local.saturating_duration_since(store))
+    };
+    let status = if offset >= Duration::from_secs(1) {
+        Status::Warn
+    } else {
+        Status::Ok
+    };
+    let detail = format!(
+        "the store's clock is {} ms {} this machine's (read in {} ms){}",
+        offset.as_millis(),
+        if ahead { "ahead of" } else { "behind" },
+        round_trip.as_millis(),
+        if status == Status::Warn {
+            "; leases are judged by the store's clock, so records are safe, but this \
+             machine's \"time left\" and the services' logs disagree with the store"
+        } else {
+            ""
+        }
+    );
+    HealthCheck::new("clock", status, detail)
+}
+
+/// Why an operator's command could not be answered.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The store failed or did not answer; a write's effect is unknown.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store could not be reached or answered with an error.
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] BoxError),
+    /// A stored record (or a cursor given back) is not one this store wrote.
+    #[error("{0}")]
+    Corrupt(String),
+    /// This store does not do that (a Redis store drops expired records itself: no sweep).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What a record machine's release answered for an operator ([`AdminStore::release`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The key is free: the record of `owner` is gone.
+    Released,
+    /// The record changed since it was read (the holder completed, released, or lost the
+    /// key to a takeover): nothing was done.
+    Changed,
+}
+
+/// A store an operator can look into and tidy up; see the [module docs](self).
+pub trait AdminStore: Store {
+    /// What the store is, for the tool's output: `redis`, `redis cluster`, `postgresql`, …
+    fn kind(&self) -> String;
+
+    /// The record under `key` of `operation`, read at the store's clock.
+    fn inspect<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = Result<Inspection, AdminError>> + Send + 'a;
+
+    /// A page of the records `query` asks for.
+    fn list<'a>(
+        &'a self,
+        query: &'a ListQuery,
+    ) -> impl Future<Output = Result<ListPage, AdminError>> + Send + 'a;
+
+    /// Deletes the record under `key` if it still holds `owner`'s record and that record
+    /// is completed or its lease has run out at the store's clock, in one atomic step;
+    /// `Ok(false)` if the key holds anything else (or nothing, or a live lease).
+    fn forget<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        owner: OwnerToken,
+    ) -> impl Future<Output = Result<bool, AdminError>> + Send + 'a;
+
+    /// Counts of every record by operation and state, and their sizes.
+    fn stats(&self) -> impl Future<Output = Result<StoreStats, AdminError>> + Send + '_;
+
+    /// Whether the store keeps records as idem needs: eviction, layout, scripts, clock,
+    /// connections.
+    fn health(&self) -> impl Future<Output = Result<Health, AdminError>> + Send + '_;
+
+    /// Deletes up to `batch` expired records and says how many; `Unsupported` on a store
+    /// that drops records at their deadline itself.
+    fn sweep(&self, batch: u32) -> impl Future<Output = Result<u64, AdminError>> + Send + '_;
+
+    /// Sends the record machine's release for the pending record of `owner` under `key`
+    /// (see the [module docs](self) for what a release under a live lease means).
+    fn release<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        owner: OwnerToken,
+    ) -> impl Future<Output = Result<Released, AdminError>> + Send + 'a {
+        async move {
+            match self
+                .apply(operation, key, Command::Release { owner })
+                .await?
+            {
+                Reply::Released => Ok(Released::Released),
+                _ => Ok(Released::Changed),
+            }
+        }
+    }
+}
+
+/// This machine's clock as a [`Timestamp`] on the Unix epoch, for [`clock_check`].
+pub fn system_now() -> Timestamp {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
