@@ -185,6 +185,9 @@ pub struct ListPage {
     pub records: Vec<Listed>,
     /// The cursor of the next page, or `None` when this was the last.
     pub next: Option<Cursor>,
+    /// Keys in the page's range that hold a value this store did not write (as the backend
+    /// names them), left for a person to look at.
+    pub corrupt: Vec<String>,
 }
 
 /// Counts of one operation's records, by state.
@@ -234,6 +237,8 @@ impl OperationStats {
 pub struct StoreStats {
     /// One entry per operation, sorted by name.
     pub operations: Vec<OperationStats>,
+    /// Keys holding a value this store did not write.
+    pub corrupt: u64,
 }
 
 impl StoreStats {

@@ -84,6 +84,44 @@ impl KeyLayout {
         out.push_str(key.as_str());
         out
     }
+
+    /// The operation and key a Redis key names under this layout, or `None` if it is not
+    /// one of this layout's record keys (another prefix, layout 1, a key the store never
+    /// wrote). The inverse of [`record_key`](Self::record_key): the operation ends at the
+    /// first `:` after the `{}`, since no operation holds one.
+    pub fn parse(&self, redis_key: &str) -> Option<(Operation, Key)> {
+        let rest = redis_key
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(WHOLE_KEY_HASHED)?;
+        let (operation, key) = rest.split_once(':')?;
+        Some((
+            Operation::from_stored(operation).ok()?,
+            Key::new(key).ok()?,
+        ))
+    }
+
+    /// A `SCAN … MATCH` pattern for this layout's record keys, of every operation or of
+    /// those whose name starts with `operation` (to be matched exactly by
+    /// [`parse`](Self::parse) after): the prefix and operation with Redis's glob characters
+    /// escaped.
+    pub fn scan_pattern(&self, operation: Option<&Operation>) -> String {
+        let mut pattern = String::new();
+        let escape = |pattern: &mut String, text: &str| {
+            for c in text.chars() {
+                if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                    pattern.push('\\');
+                }
+                pattern.push(c);
+            }
+        };
+        escape(&mut pattern, &self.prefix);
+        pattern.push_str(WHOLE_KEY_HASHED);
+        if let Some(operation) = operation {
+            escape(&mut pattern, operation.as_str());
+        }
+        pattern.push('*');
+        pattern
+    }
 }
 
 impl Default for KeyLayout {
@@ -110,6 +148,28 @@ mod tests {
             KeyLayout::default(),
             KeyLayout::new(DEFAULT_PREFIX).unwrap()
         );
+    }
+
+    #[test]
+    fn record_keys_parse_back_into_their_operation_and_key() {
+        let layout = KeyLayout::new("svc*[1]:").unwrap();
+        let scoped = Operation::new("payment.charge")
+            .unwrap()
+            .for_tenant("acct-1")
+            .unwrap();
+        for (operation, key) in [
+            (Operation::new("a").unwrap(), Key::new("k:with:colons").unwrap()),
+            (scoped, Key::new("{x}1").unwrap()),
+        ] {
+            let redis_key = layout.record_key(&operation, &key);
+            assert_eq!(layout.parse(&redis_key), Some((operation, key)));
+        }
+        assert_eq!(layout.parse("svc*[1]:payment.charge:k"), None, "layout 1");
+        assert_eq!(layout.parse("idem:{}payment.charge:k"), None, "another prefix");
+        assert_eq!(layout.parse("svc*[1]:{}pay ment:k"), None, "not an operation");
+        assert_eq!(layout.scan_pattern(None), "svc\\*\\[1\\]:{}*");
+        let charge = Operation::new("charge").unwrap();
+        assert_eq!(KeyLayout::default().scan_pattern(Some(&charge)), "idem:{}charge*");
     }
 
     #[test]

@@ -88,6 +88,9 @@ const RELEASE: &str = include_str!("scripts/release.lua");
 /// No ARGV.
 const READ: &str = include_str!("scripts/read.lua");
 
+/// An operator's delete of a completed record (not a record-machine command).
+const FORGET: &str = include_str!("scripts/forget.lua");
+
 /// ARGV: the owner's unmarked pending record, the completed record, retention - 1 (ms). No
 /// prelude.
 const COMPLETE_OWN: &str = include_str!("scripts/complete_own.lua");
@@ -107,6 +110,7 @@ pub fn source(command: &str) -> Option<String> {
         "renew" => RENEW,
         "release" => RELEASE,
         "read" => READ,
+        "forget" => FORGET,
         "complete_own" => return Some(COMPLETE_OWN.to_owned()),
         "reserve_fenced" => return Some(RESERVE_FENCED.to_owned()),
         _ => return None,
@@ -141,6 +145,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) release: Script,
     pub(crate) read: Script,
+    pub(crate) forget: Script,
 }
 
 impl Scripts {
@@ -153,6 +158,7 @@ impl Scripts {
             renew: Script::named("renew"),
             release: Script::named("release"),
             read: Script::named("read"),
+            forget: Script::named("forget"),
         }
     }
 }

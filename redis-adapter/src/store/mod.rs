@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the record machine on Redis, standalone or Cluster.
 //!
+//! - [`admin`]: what an operator asks of the store (the `idem` command);
 //! - [`builder`]: the settings, and connecting to a server or a Cluster;
 //! - [`connection`]: the connection commands go out on, and the backstop timeout;
 //! - [`fast_reserve`]: a reserve tried as the single command `SET … NX … GET`;
@@ -8,6 +9,7 @@
 //! - [`reply`]: a script's reply read as the record machine's;
 //! - [`stats`]: what the store counts.
 
+mod admin;
 mod builder;
 mod connection;
 mod fast_reserve;
