@@ -94,10 +94,7 @@ impl KeyLayout {
             .strip_prefix(self.prefix.as_str())?
             .strip_prefix(WHOLE_KEY_HASHED)?;
         let (operation, key) = rest.split_once(':')?;
-        Some((
-            Operation::from_stored(operation).ok()?,
-            Key::new(key).ok()?,
-        ))
+        Some((Operation::from_stored(operation).ok()?, Key::new(key).ok()?))
     }
 
     /// A `SCAN … MATCH` pattern for this layout's record keys, of every operation or of
@@ -158,18 +155,32 @@ mod tests {
             .for_tenant("acct-1")
             .unwrap();
         for (operation, key) in [
-            (Operation::new("a").unwrap(), Key::new("k:with:colons").unwrap()),
+            (
+                Operation::new("a").unwrap(),
+                Key::new("k:with:colons").unwrap(),
+            ),
             (scoped, Key::new("{x}1").unwrap()),
         ] {
             let redis_key = layout.record_key(&operation, &key);
             assert_eq!(layout.parse(&redis_key), Some((operation, key)));
         }
         assert_eq!(layout.parse("svc*[1]:payment.charge:k"), None, "layout 1");
-        assert_eq!(layout.parse("idem:{}payment.charge:k"), None, "another prefix");
-        assert_eq!(layout.parse("svc*[1]:{}pay ment:k"), None, "not an operation");
+        assert_eq!(
+            layout.parse("idem:{}payment.charge:k"),
+            None,
+            "another prefix"
+        );
+        assert_eq!(
+            layout.parse("svc*[1]:{}pay ment:k"),
+            None,
+            "not an operation"
+        );
         assert_eq!(layout.scan_pattern(None), "svc\\*\\[1\\]:{}*");
         let charge = Operation::new("charge").unwrap();
-        assert_eq!(KeyLayout::default().scan_pattern(Some(&charge)), "idem:{}charge*");
+        assert_eq!(
+            KeyLayout::default().scan_pattern(Some(&charge)),
+            "idem:{}charge*"
+        );
     }
 
     #[test]

@@ -9,15 +9,15 @@
 //! over: a record present for the whole listing is listed (on a Cluster, unless its slot
 //! moved between masters meanwhile); one written or deleted during it may or may not be.
 
-use idem::admin::{
-    AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListPage, ListQuery,
-    StoreStats, Status, clock_check, system_now,
-};
 use idem::StoreError;
+use idem::admin::{
+    AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListPage, ListQuery, Status,
+    StoreStats, clock_check, system_now,
+};
 use idem_core::record::{Command, Reply};
 use idem_core::{Key, Operation, OwnerToken, Timestamp};
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 
 use super::RedisStore;
 use super::connection::Connection;
@@ -48,10 +48,7 @@ impl AdminStore for RedisStore {
             None => (0, 0),
             Some(after) => resume(&nodes, after)?,
         };
-        let pattern = self
-            .inner
-            .layout
-            .scan_pattern(query.operation.as_ref());
+        let pattern = self.inner.layout.scan_pattern(query.operation.as_ref());
         let limit = usize::try_from(query.limit.max(1)).unwrap_or(usize::MAX);
         let mut page = ListPage {
             now: Timestamp::ZERO,
@@ -92,12 +89,10 @@ impl AdminStore for RedisStore {
             Value::Array(reply) => match reply.first() {
                 Some(Value::BulkString(verb)) if verb == b"D" => Ok(true),
                 Some(Value::BulkString(verb)) if verb == b"N" => Ok(false),
-                Some(Value::BulkString(verb)) if verb == b"!" => {
-                    Err(AdminError::Corrupt(format!(
-                        "the record under {redis_key} is not one this store wrote: {}",
-                        reply.get(2).and_then(text).unwrap_or_default()
-                    )))
-                }
+                Some(Value::BulkString(verb)) if verb == b"!" => Err(AdminError::Corrupt(format!(
+                    "the record under {redis_key} is not one this store wrote: {}",
+                    reply.get(2).and_then(text).unwrap_or_default()
+                ))),
                 _ => Err(unexpected("forget", &Value::Array(reply))),
             },
             other => Err(unexpected("forget", &other)),
@@ -180,12 +175,20 @@ impl AdminStore for RedisStore {
                 Connection::Standalone(_) => format!(
                     "one multiplexed connection to {}; notices {}",
                     self.inner.address.as_deref().unwrap_or("the server"),
-                    if self.inner.notices.is_some() { "on" } else { "off" }
+                    if self.inner.notices.is_some() {
+                        "on"
+                    } else {
+                        "off"
+                    }
                 ),
                 Connection::Cluster(_) => format!(
                     "a Cluster client on {} master(s); notices {}",
                     self.nodes().await?.len(),
-                    if self.inner.notices.is_some() { "on" } else { "off" }
+                    if self.inner.notices.is_some() {
+                        "on"
+                    } else {
+                        "off"
+                    }
                 ),
             },
         ));
@@ -351,7 +354,10 @@ impl RedisStore {
                 return Err(unexpected("SCRIPT EXISTS", answer));
             };
             asked += flags.len();
-            held += flags.iter().filter(|flag| matches!(flag, Value::Int(1))).count();
+            held += flags
+                .iter()
+                .filter(|flag| matches!(flag, Value::Int(1)))
+                .count();
         }
         Ok(HealthCheck::new(
             "scripts",
