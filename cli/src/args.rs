@@ -81,7 +81,7 @@ pub enum Command {
         /// Every record, completed ones too.
         #[arg(long)]
         all: bool,
-        /// At most this many records on the page.
+        /// About this many records on the page (a Redis page ends with a SCAN batch).
         #[arg(long, default_value_t = 50, value_name = "N")]
         limit: u32,
         /// Go on from the cursor a previous page printed.

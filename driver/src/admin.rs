@@ -132,7 +132,9 @@ pub struct ListQuery {
     /// Where the page starts: `None` for the first, then the previous page's
     /// [`next`](ListPage::next).
     pub after: Option<Cursor>,
-    /// At most this many records in the page (a store may return fewer and still have more).
+    /// About this many records in the page: a store may return fewer and still have more,
+    /// and one that lists in batches (Redis `SCAN`) ends the page with the batch that
+    /// reaches the limit, so it may return a few more.
     pub limit: u32,
 }
 

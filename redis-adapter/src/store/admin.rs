@@ -3,7 +3,9 @@
 //! judged at the server's clock, as the record machine judges them.
 //!
 //! Listing walks `SCAN … MATCH` over the standalone server or over every master of a
-//! Cluster in turn, and reads each record key it finds. A key whose lease or retention ran
+//! Cluster in turn, and reads each record key it finds. A page ends with the SCAN batch that
+//! reaches the query's limit (SCAN cannot resume inside a batch without risking to skip a
+//! key), so it may hold a few more records than asked for. A key whose lease or retention ran
 //! out is gone from Redis (its expiry is its deadline), so a Redis listing never shows an
 //! expired pending record, and there is nothing to sweep. SCAN's own guarantee carries
 //! over: a record present for the whole listing is listed (on a Cluster, unless its slot
@@ -23,8 +25,8 @@ use super::RedisStore;
 use super::connection::Connection;
 use super::reply::UnexpectedReply;
 
-/// How many keys one `SCAN` asks a node for.
-const SCAN_COUNT: usize = 256;
+/// The most keys one `SCAN` asks a node for.
+const MAX_SCAN_COUNT: u32 = 1_000;
 
 impl AdminStore for RedisStore {
     fn kind(&self) -> String {
@@ -57,7 +59,8 @@ impl AdminStore for RedisStore {
             corrupt: Vec::new(),
         };
         while node < nodes.len() && page.records.len() < limit {
-            let (next, keys) = self.scan(&nodes[node], cursor, &pattern).await?;
+            let count = query.limit.clamp(1, MAX_SCAN_COUNT);
+            let (next, keys) = self.scan(&nodes[node], cursor, &pattern, count).await?;
             for redis_key in keys {
                 self.read_listed(&redis_key, query, &mut page).await?;
             }
@@ -233,13 +236,14 @@ impl RedisStore {
         node: &str,
         cursor: u64,
         pattern: &str,
+        count: u32,
     ) -> Result<(u64, Vec<String>), AdminError> {
         let scan = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(pattern)
             .arg("COUNT")
-            .arg(SCAN_COUNT)
+            .arg(count)
             .arg("TYPE")
             .arg("string")
             .clone();
