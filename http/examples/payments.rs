@@ -24,6 +24,11 @@
 //! `Idempotency-Key` (`examples/provider.rs`), and each request's downstream key is that key:
 //! every attempt of one payment is one charge there, even the second run idem can only
 //! report, of a holder paused past its lease and taken over (MODEL.md `D1`).
+//!
+//! `GET /metrics` answers every counter in Prometheus's text format (METRICS.md says what
+//! each means): the layer's per-route counters, and the coordinator's, labelled
+//! `coordinator="payments"`, published at each scrape, so a scrape reads them as they are at
+//! that moment and nothing runs between scrapes (`dashboards/idem.json` is built on them).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -45,6 +50,7 @@ use idem::{
     Options, OwnerToken, Store, StoreFailurePolicy,
 };
 use idem_http::{Claimed, FENCING_TOKEN, IdempotencyKey, IdempotencyLayer, fencing_token};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -335,6 +341,17 @@ impl BareStore {
     }
 }
 
+/// `GET /metrics`: the coordinator's counters published as they are now, then every counter
+/// rendered in Prometheus's text format.
+fn scrape(exporter: &PrometheusHandle, coordinator: Option<&Coordinator<AnyStore>>) -> Response {
+    if let Some(coordinator) = coordinator {
+        idem_http::metrics::publish_coordinator_metrics(coordinator, "payments");
+    }
+    exporter.run_upkeep();
+    let text = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, text)], exporter.render()).into_response()
+}
+
 async fn statement(State(provider): State<Arc<Provider>>) -> Json<Vec<String>> {
     let statement = provider.statement.lock().unwrap_or_else(|e| e.into_inner());
     Json(statement.clone())
@@ -350,6 +367,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Serves until SIGTERM or Ctrl-C, then stops gracefully.
 pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    // The recorder every counter goes to; `GET /metrics` renders it.
+    let exporter = PrometheusBuilder::new().install_recorder()?;
     let provider = Arc::new(Provider {
         statement: Mutex::new(Vec::new()),
         ledger: args.ledger.clone(),
@@ -400,9 +419,14 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let layer = IdempotencyLayer::new(coordinator.clone());
         (charges.layer(layer), Some(coordinator))
     };
+    let metrics = {
+        let coordinator = coordinator.clone();
+        get(move || std::future::ready(scrape(&exporter, coordinator.as_ref())))
+    };
     let app = Router::new()
         .route("/charges", charges)
         .route("/statement", get(statement))
+        .route("/metrics", metrics)
         .with_state(provider);
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     println!(

@@ -32,11 +32,20 @@
 //! | `idem_replay_cache_entries`, `idem_replay_cache_bytes` (gauges) | what the replay cache keeps now |
 //!
 //! [`snapshot_metrics`] lists them for a snapshot, so an exporter that is not the `metrics`
-//! facade can publish the same names.
+//! facade can publish the same names. [`exported`] lists every metric of both tables, by
+//! name, kind and labels, without values: what an operator's dashboards and alerts may
+//! query (`METRICS.md`, at the repository's root, says what each one means and what to do
+//! when it moves; a test holds that page to this list).
+//!
+//! A per-route counter appears at its first increment (the layer cannot know the routes
+//! before their requests), while every one of the coordinator's metrics is published from
+//! zero by the first [`publish_coordinator_metrics`].
 
 use std::time::Duration;
 
 use idem::{Coordinator, MetricsSnapshot};
+
+use crate::telemetry::Event;
 
 /// Whether a [`Metric`] is a counter (a running total) or a gauge (a level now).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +68,61 @@ pub struct Metric {
     pub kind: MetricKind,
     /// The value.
     pub value: u64,
+}
+
+/// A metric this crate can emit, without a value: see [`exported`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    /// The metric's name, such as `idem_http_replays_total`.
+    pub name: &'static str,
+    /// A counter or a gauge.
+    pub kind: MetricKind,
+    /// Its label names, such as `["route"]` or `["coordinator", "outcome"]`.
+    pub labels: Vec<&'static str>,
+    /// The values its last label takes, where this crate names them all (a coordinator's
+    /// `outcome`, `command` and `event`, a problem's `type`); empty where the service names
+    /// them (`route`, `coordinator`).
+    pub values: Vec<&'static str>,
+}
+
+/// Every metric this crate can emit, each name once: the layer's per-route counters, then
+/// the coordinator's metrics in the order of [`snapshot_metrics`].
+pub fn exported() -> Vec<Exported> {
+    let mut all: Vec<Exported> = Event::COUNTERS
+        .iter()
+        .map(|event| Exported {
+            name: event.name(),
+            kind: MetricKind::Counter,
+            labels: event.labels().to_vec(),
+            values: match event {
+                Event::Problem(_) => crate::ProblemType::ALL.iter().map(|t| t.name()).collect(),
+                _ => Vec::new(),
+            },
+        })
+        .collect();
+    let coordinator_start = all.len();
+    for metric in snapshot_metrics(&MetricsSnapshot::default()) {
+        let label = metric.label;
+        if let Some(known) = all
+            .iter_mut()
+            .skip(coordinator_start)
+            .find(|known| known.name == metric.name)
+        {
+            if let Some((_, value)) = label {
+                known.values.push(value);
+            }
+            continue;
+        }
+        let mut labels = vec!["coordinator"];
+        labels.extend(label.map(|(label, _)| label));
+        all.push(Exported {
+            name: metric.name,
+            kind: metric.kind,
+            labels,
+            values: label.map(|(_, value)| value).into_iter().collect(),
+        });
+    }
+    all
 }
 
 /// Every field of `snapshot` as a metric, by the table in the [module docs](self).

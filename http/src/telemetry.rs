@@ -163,6 +163,31 @@ pub(crate) enum Event {
 }
 
 impl Event {
+    /// One event of each counter (a problem stands for every problem type): the per-route
+    /// counters [`crate::metrics::exported`] lists. A new variant goes here too.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const COUNTERS: [Event; 10] = [
+        Event::Executed,
+        Event::Replayed,
+        Event::Waited,
+        Event::Conflict,
+        Event::KeyReuse,
+        Event::Released,
+        Event::Unknown,
+        Event::FailedOpen,
+        Event::LeaseLost,
+        Event::Problem(ProblemType::Internal),
+    ];
+
+    /// The counter's labels: `route`, and `type` for a problem.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn labels(self) -> &'static [&'static str] {
+        match self {
+            Event::Problem(_) => &["route", "type"],
+            _ => &["route"],
+        }
+    }
+
     /// The counter's name.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) fn name(self) -> &'static str {
@@ -203,6 +228,47 @@ mod tests {
             .body(())
             .unwrap();
         Route::of(&request.into_parts().0)
+    }
+
+    #[test]
+    fn every_event_has_its_counter_listed_once() {
+        // Exhaustive: a new variant stops this test compiling until it is looked at here.
+        let listed = |event: Event| {
+            let problem = matches!(event, Event::Problem(_));
+            match event {
+                Event::Executed
+                | Event::Replayed
+                | Event::Waited
+                | Event::Conflict
+                | Event::KeyReuse
+                | Event::Released
+                | Event::Unknown
+                | Event::FailedOpen
+                | Event::LeaseLost
+                | Event::Problem(_) => Event::COUNTERS
+                    .iter()
+                    .any(|c| c.name() == event.name() && c.labels().contains(&"type") == problem),
+            }
+        };
+        for event in [
+            Event::Executed,
+            Event::Replayed,
+            Event::Waited,
+            Event::Conflict,
+            Event::KeyReuse,
+            Event::Released,
+            Event::Unknown,
+            Event::FailedOpen,
+            Event::LeaseLost,
+            Event::Problem(ProblemType::KeyMissing),
+            Event::Problem(ProblemType::CorruptRecord),
+        ] {
+            assert!(listed(event), "{event:?}");
+        }
+        let mut names: Vec<&str> = Event::COUNTERS.iter().map(|e| e.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Event::COUNTERS.len(), "{names:?}");
     }
 
     #[test]

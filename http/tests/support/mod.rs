@@ -9,6 +9,8 @@
 
 pub mod broken;
 pub mod checks;
+pub mod promql;
+pub mod scrape;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
