@@ -458,7 +458,9 @@ async fn every_grant_of_a_key_is_fenced_above_the_ones_before_even_after_a_sweep
     let (o, k) = (op("payment.charge"), key("fenced"));
     let mut last = None;
     for n in 0..6_u128 {
-        let Reply::Reserved(grant) = store.apply(&o, &k, reserve(n + 1, 1, 20)).await.unwrap()
+        // Leases long enough for the renewal to land on a loaded machine, short enough to
+        // run out before the next grant.
+        let Reply::Reserved(grant) = store.apply(&o, &k, reserve(n + 1, 1, 300)).await.unwrap()
         else {
             panic!()
         };
@@ -471,16 +473,16 @@ async fn every_grant_of_a_key_is_fenced_above_the_ones_before_even_after_a_sweep
                 &k,
                 Command::Renew {
                     owner: owner(n + 1),
-                    lease: Duration::from_millis(20),
+                    lease: Duration::from_millis(300),
                 },
             )
             .await
             .unwrap()
         else {
-            panic!()
+            panic!("the renewal of a live lease is refused")
         };
         assert_eq!(renewal.fence, grant.fence);
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        tokio::time::sleep(Duration::from_millis(350)).await;
         if n == 3 {
             assert_eq!(
                 store.sweep(10).await.unwrap(),

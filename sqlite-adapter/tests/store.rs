@@ -436,7 +436,7 @@ async fn fences_rise_across_release_expiry_and_reopening() {
         for owner in 1..=3 {
             let owner = owner + round * 10;
             let Reply::Reserved(grant) = store
-                .apply_timed(&operation, &key, reserve(owner, 20))
+                .apply_timed(&operation, &key, reserve(owner, 300))
                 .await
                 .unwrap()
                 .0
@@ -451,7 +451,7 @@ async fn fences_rise_across_release_expiry_and_reopening() {
                     &key,
                     Command::Renew {
                         owner: OwnerToken::from_u128(owner),
-                        lease: Duration::from_millis(20),
+                        lease: Duration::from_millis(300),
                     },
                 )
                 .await
@@ -473,7 +473,8 @@ async fn fences_rise_across_release_expiry_and_reopening() {
                     .await
                     .unwrap();
             } else {
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                // Leases long enough for the renewal to land on a loaded machine.
+                tokio::time::sleep(Duration::from_millis(350)).await;
             }
         }
         store.pool().close().await;
