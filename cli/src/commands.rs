@@ -158,6 +158,9 @@ fn inspection_text<S: AdminStore>(
                         render::duration(left)
                     ));
                     lines.push(match result {
+                        StoredResult::Value(body) if body.len() < 1024 => {
+                            format!("result       {} bytes", body.len())
+                        }
                         StoredResult::Value(body) => format!(
                             "result       {} ({} bytes)",
                             render::size(body.len() as u64),
@@ -526,31 +529,26 @@ pub async fn health<S: AdminStore>(store: &S) -> Result<Report, CliError> {
 pub async fn stats<S: AdminStore>(store: &S) -> Result<Report, CliError> {
     let stats = store.stats().await?;
     let mut text = vec![format!(
-        "{}{}{}{}{}{}",
-        cell("OPERATION", 28),
-        cell("PENDING", 9),
-        cell("EXPIRED", 9),
-        cell("DONE", 9),
+        "{}{}{}{}{}{}{}",
+        cell("OPERATION", 24),
+        cell("PENDING", 8),
+        cell("EXPIRED", 8),
+        cell("DONE", 8),
         cell("PANICKED", 9),
-        "RESULTS"
+        cell("RESULTS", 11),
+        "LARGEST"
     )];
     let mut rows = Vec::new();
     for op in &stats.operations {
         text.push(format!(
-            "{}{}{}{}{}{}",
-            cell(&op.operation, 28),
-            cell(&op.pending.to_string(), 9),
-            cell(&op.expired.to_string(), 9),
-            cell(&op.completed.to_string(), 9),
+            "{}{}{}{}{}{}{}",
+            cell(&op.operation, 24),
+            cell(&op.pending.to_string(), 8),
+            cell(&op.expired.to_string(), 8),
+            cell(&op.completed.to_string(), 8),
             cell(&op.panicked.to_string(), 9),
-            cut(
-                &format!(
-                    "{} (max {})",
-                    render::size(op.body_bytes),
-                    render::size(op.largest_body)
-                ),
-                16
-            )
+            cell(&render::size(op.body_bytes), 11),
+            cut(&render::size(op.largest_body), 12)
         ));
         rows.push(json!({
             "operation": op.operation,
