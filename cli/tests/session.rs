@@ -190,7 +190,10 @@ async fn session(store: &[&str], sql: bool) {
         "{done}"
     );
     let (_, text) = idem(&with(&["inspect", OPERATION, "order-done", "--show-body"]));
-    assert!(text.contains(&format!("result       {BODY_BYTES} bytes")), "{text}");
+    assert!(
+        text.contains(&format!("result       {BODY_BYTES} bytes")),
+        "{text}"
+    );
     assert!(text.contains("retention    59 m"), "{text}");
     fits(&text);
     let (code, text) = idem(&with(&["release", OPERATION, "order-done"]));

@@ -10,7 +10,7 @@
 //! Two rules keep the operator's writes safe:
 //!
 //! - **Releasing a key is the record machine's `Release`**, sent with the owner token read
-//!   from the record ([`Command::Release`](idem_core::record::Command::Release)): the store
+//!   from the record ([`Command::Release`]): the store
 //!   refuses it if the holder completed or released meanwhile, and a waiter is woken as for
 //!   any release. Whether to send it while the lease lives is the operator's choice; a
 //!   release under a live lease lets a retry run the action while the holder may still be
@@ -453,4 +453,119 @@ pub fn system_now() -> Timestamp {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     Timestamp::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::{Body, Fence, Fingerprint};
+
+    use super::*;
+
+    fn pending(until: u64) -> Record {
+        Record::Pending {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"f"),
+            lease_until: Timestamp::from_millis(until),
+            fence: Fence::new(3),
+        }
+    }
+
+    fn completed(result: StoredResult) -> Record {
+        Record::Completed {
+            owner: OwnerToken::from_u128(1),
+            fingerprint: Fingerprint::of_bytes(b"f"),
+            result,
+            expires_at: Timestamp::from_millis(1_000),
+        }
+    }
+
+    #[test]
+    fn states_are_judged_at_the_stores_instant() {
+        let at = Timestamp::from_millis;
+        assert_eq!(RecordState::of(&pending(100), at(99)), RecordState::Pending);
+        assert_eq!(
+            RecordState::of(&pending(100), at(100)),
+            RecordState::Expired
+        );
+        let value = completed(StoredResult::Value(Body::new(b"x".to_vec())));
+        assert_eq!(RecordState::of(&value, at(999)), RecordState::Completed);
+        assert_eq!(RecordState::of(&value, at(1_000)), RecordState::Absent);
+        let panicked = completed(StoredResult::Panicked);
+        assert_eq!(RecordState::of(&panicked, at(0)), RecordState::Panicked);
+        let inspection = Inspection {
+            now: at(40),
+            record: Some(pending(100)),
+        };
+        assert_eq!(inspection.time_left(), Some(Duration::from_millis(60)));
+    }
+
+    #[test]
+    fn a_listing_matches_an_operation_its_tenants_and_the_states_asked_for() {
+        let charge = Operation::new("charge").unwrap();
+        let scoped = charge.for_tenant("t").unwrap();
+        let other = Operation::new("charge.x").unwrap();
+        let query = ListQuery {
+            operation: Some(charge.clone()),
+            ..ListQuery::in_flight()
+        };
+        assert!(query.matches(&charge, RecordState::Pending));
+        assert!(query.matches(&scoped, RecordState::Expired));
+        assert!(!query.matches(&other, RecordState::Pending));
+        assert!(!query.matches(&charge, RecordState::Completed));
+        let all = ListQuery {
+            filter: ListFilter::All,
+            ..query
+        };
+        assert!(all.matches(&charge, RecordState::Panicked));
+        assert!(!all.matches(&charge, RecordState::Absent));
+    }
+
+    #[test]
+    fn stats_count_by_operation_and_size_and_clocks_warn_from_a_second() {
+        let mut stats = StoreStats::default();
+        let now = Timestamp::from_millis(50);
+        stats.add("b", &pending(100), now);
+        stats.add(
+            "a",
+            &completed(StoredResult::Value(Body::new(vec![0; 7]))),
+            now,
+        );
+        stats.add(
+            "a",
+            &completed(StoredResult::Value(Body::new(vec![0; 3]))),
+            now,
+        );
+        stats.add("a", &pending(10), now);
+        let names: Vec<&str> = stats
+            .operations
+            .iter()
+            .map(|op| op.operation.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        let a = &stats.operations[0];
+        assert_eq!(
+            (a.completed, a.expired, a.body_bytes, a.largest_body),
+            (2, 1, 10, 7)
+        );
+        assert_eq!(a.total(), 3);
+
+        let at = Timestamp::from_millis;
+        assert_eq!(
+            clock_check(at(10_000), at(10_500), at(10_020)).status,
+            Status::Ok
+        );
+        let ahead = clock_check(at(10_000), at(11_100), at(10_020));
+        assert_eq!(ahead.status, Status::Warn);
+        assert!(ahead.detail.contains("1090 ms ahead"), "{}", ahead.detail);
+        let behind = clock_check(at(10_000), at(8_000), at(10_000));
+        assert!(
+            behind.detail.contains("2000 ms behind"),
+            "{}",
+            behind.detail
+        );
+        let health = Health {
+            checks: vec![ahead, HealthCheck::new("eviction", Status::Fail, "x")],
+        };
+        assert_eq!(health.status(), Status::Fail);
+    }
 }
