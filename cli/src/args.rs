@@ -10,6 +10,11 @@ use clap::{Args, Parser, Subcommand};
 /// leases and retention by the store's own clock, and prints JSON with --json.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, long_about = None, max_term_width = 80)]
+#[command(group(
+    clap::ArgGroup::new("store")
+        .args(["redis", "redis_cluster", "postgres", "mariadb", "sqlite"])
+        .multiple(false)
+))]
 pub struct Cli {
     /// The store to look into.
     #[command(flatten)]
@@ -22,9 +27,8 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Exactly one store.
+/// One store (naming two is refused).
 #[derive(Debug, Args)]
-#[group(required = false, multiple = false)]
 pub struct StoreArgs {
     /// A standalone Redis: redis://host:port[/db].
     #[arg(long, env = "IDEM_REDIS", value_name = "URL")]
