@@ -289,7 +289,7 @@
 //!   operation names.
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
 //!   facade (the `metrics` module, with the feature on).
-//! - `openapi`: [`IdempotencyDoc`](openapi::IdempotencyDoc), a `utoipa::Modify` that writes
+//! - `openapi`: `openapi::IdempotencyDoc`, a `utoipa::Modify` that writes
 //!   the layer's contract into a [utoipa](https://docs.rs/utoipa) OpenAPI document: the
 //!   `Idempotency-Key` header parameter, required or not as the layer is configured, its
 //!   `application/problem+json` answers (400, 409 with `Retry-After`, 413, 422, 500, 503)

@@ -28,8 +28,8 @@
 //!
 //! The layer's settings come from the layer itself ([`IdempotencyDoc::for_layer`]), so the
 //! document cannot say the key is optional while the service refuses a request without one;
-//! a document for a handler that calls idem itself (through the
-//! [`IdempotencyKey`](crate::IdempotencyKey) extractor) starts from [`IdempotencyDoc::new`].
+//! a document for a handler that calls idem itself (through the `IdempotencyKey` extractor)
+//! starts from [`IdempotencyDoc::new`].
 //!
 //! ```
 //! use axum::{Router, routing::post};
