@@ -29,6 +29,10 @@
 //! each means): the layer's per-route counters, and the coordinator's, labelled
 //! `coordinator="payments"`, published at each scrape, so a scrape reads them as they are at
 //! that moment and nothing runs between scrapes (`dashboards/idem.json` is built on them).
+//!
+//! `GET /openapi.json` is the service's OpenAPI document: `POST /charges` and
+//! `GET /statement` as the handlers answer them, and, under the layer, the layer's own
+//! contract on `POST /charges` (`idem_http::openapi::IdempotencyDoc`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -379,6 +383,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }),
     });
     let charges = post(create_charge);
+    let mut described = None;
     let (charges, coordinator) = if args.no_idempotency {
         (charges, None)
     } else if let (true, Some(url)) = (args.bare_store, &args.redis) {
@@ -417,6 +422,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .build()?;
         let coordinator = Coordinator::new(store, options);
         let layer = IdempotencyLayer::new(coordinator.clone());
+        described = Some(idem_http::openapi::IdempotencyDoc::for_layer(&layer));
         (charges.layer(layer), Some(coordinator))
     };
     let metrics = {
@@ -427,6 +433,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .route("/charges", charges)
         .route("/statement", get(statement))
         .route("/metrics", metrics)
+        .route("/openapi.json", openapi_json(described)?)
         .with_state(provider);
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     println!(
@@ -462,6 +469,159 @@ pub(crate) async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     server.await??;
     Ok(())
+}
+
+/// `GET /openapi.json`: the document, made once.
+fn openapi_json(
+    described: Option<idem_http::openapi::IdempotencyDoc>,
+) -> Result<axum::routing::MethodRouter<Arc<Provider>>, Box<dyn std::error::Error>> {
+    let document = api_document(described)?.to_json()?;
+    Ok(get(move || async move {
+        ([(header::CONTENT_TYPE, "application/json")], document)
+    }))
+}
+
+/// The OpenAPI document: `POST /charges` and `GET /statement` as the handlers answer them
+/// (axum's `Json` refuses a body that is not the order as text), and, when the layer
+/// protects `POST /charges`, the layer's contract on it.
+fn api_document(
+    described: Option<idem_http::openapi::IdempotencyDoc>,
+) -> Result<utoipa::openapi::OpenApi, idem_http::openapi::OpenApiError> {
+    use utoipa::openapi::path::OperationBuilder;
+    use utoipa::openapi::request_body::RequestBodyBuilder;
+    use utoipa::openapi::{
+        ArrayBuilder, ComponentsBuilder, Content, Header, HttpMethod, KnownFormat, ObjectBuilder,
+        OpenApiBuilder, PathItem, PathsBuilder, Ref, Required, ResponseBuilder, SchemaFormat, Type,
+    };
+
+    let string = || ObjectBuilder::new().schema_type(Type::String);
+    let amount = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+            .minimum(Some(0))
+            .description(Some(
+                "In the currency's smallest unit; over 1,000,000 is declined.",
+            ))
+    };
+    let currency = || {
+        string()
+            .min_length(Some(3))
+            .max_length(Some(3))
+            .description(Some("A three-letter code."))
+    };
+    let order = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("amount", amount())
+        .required("amount")
+        .property("currency", currency())
+        .required("currency");
+    let charge = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property(
+            "id",
+            string().description(Some("The provider's charge id.")),
+        )
+        .required("id")
+        .property("amount", amount())
+        .required("amount")
+        .property("currency", currency())
+        .required("currency");
+    let error = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("error", string())
+        .required("error");
+    let json = |name: &str| Content::new(Some(Ref::from_schema_name(name)));
+    let text = || Content::new(Some(string()));
+    let mut location = Header::new(string());
+    location.description = Some("The charge's URI.".to_owned());
+
+    let create_charge = OperationBuilder::new()
+        .operation_id(Some("create_charge"))
+        .summary(Some("Charges the card once per Idempotency-Key"))
+        .request_body(Some(
+            RequestBodyBuilder::new()
+                .content("application/json", json("Order"))
+                .required(Some(Required::True))
+                .build(),
+        ))
+        .response(
+            "201",
+            ResponseBuilder::new()
+                .description("The charge.")
+                .header("Location", location)
+                .content("application/json", json("Charge")),
+        )
+        .response(
+            "400",
+            ResponseBuilder::new()
+                .description("The currency is not a three-letter code, or the body is not JSON.")
+                .content("application/json", json("Error"))
+                .content("text/plain", text()),
+        )
+        .response(
+            "402",
+            ResponseBuilder::new()
+                .description("The card was declined (`card_declined`).")
+                .content("application/json", json("Error")),
+        )
+        .response(
+            "415",
+            ResponseBuilder::new()
+                .description("The body is not `application/json`.")
+                .content("text/plain", text()),
+        )
+        .response(
+            "422",
+            ResponseBuilder::new()
+                .description("The body is JSON, but not an order.")
+                .content("text/plain", text()),
+        )
+        .response(
+            "502",
+            ResponseBuilder::new()
+                .description("The provider failed.")
+                .content("application/json", json("Error")),
+        );
+    let statement = OperationBuilder::new()
+        .operation_id(Some("statement"))
+        .summary(Some(
+            "The provider's charge ids so far (the card statement)",
+        ))
+        .response(
+            "200",
+            ResponseBuilder::new()
+                .description("The charge ids, in the order they were made.")
+                .content(
+                    "application/json",
+                    Content::new(Some(ArrayBuilder::new().items(string()))),
+                ),
+        );
+    let mut document = OpenApiBuilder::new()
+        .info(
+            utoipa::openapi::InfoBuilder::new()
+                .title("payments")
+                .version(env!("CARGO_PKG_VERSION")),
+        )
+        .paths(
+            PathsBuilder::new()
+                .path("/charges", PathItem::new(HttpMethod::Post, create_charge))
+                .path("/statement", PathItem::new(HttpMethod::Get, statement)),
+        )
+        .components(Some(
+            ComponentsBuilder::new()
+                .schema("Order", order)
+                .schema("Charge", charge)
+                .schema("Error", error)
+                .build(),
+        ))
+        .build();
+    if let Some(described) = described {
+        described
+            .operation(axum::http::Method::POST, "/charges")
+            .apply(&mut document)?;
+    }
+    Ok(document)
 }
 
 /// SIGTERM (a deploy, a process manager) or Ctrl-C.

@@ -289,6 +289,11 @@
 //!   operation names.
 //! - `metrics`: per-route counters and the coordinator's counters through the `metrics`
 //!   facade (the `metrics` module, with the feature on).
+//! - `openapi`: `openapi::IdempotencyDoc`, a `utoipa::Modify` that writes
+//!   the layer's contract into a [utoipa](https://docs.rs/utoipa) OpenAPI document: the
+//!   `Idempotency-Key` header parameter, required or not as the layer is configured, its
+//!   `application/problem+json` answers (400, 409 with `Retry-After`, 413, 422, 500, 503)
+//!   with the RFC 9457 `Problem` schema, and the replay header (the `openapi` module).
 
 mod claimed;
 mod disposition;
@@ -304,6 +309,8 @@ mod transaction;
 mod extract;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 
 pub use claimed::{ClaimUnavailable, Claimed};
 pub use disposition::Disposition;

@@ -232,6 +232,21 @@ impl<S: Store> IdempotencyLayer<S> {
     }
 }
 
+#[cfg(feature = "openapi")]
+impl<S> IdempotencyLayer<S> {
+    /// Its description in an OpenAPI document: [`IdempotencyDoc::for_layer`](crate::openapi::IdempotencyDoc::for_layer).
+    pub(crate) fn describe(&self) -> crate::openapi::IdempotencyDoc {
+        let config = &self.config;
+        crate::openapi::IdempotencyDoc::new()
+            .methods(config.methods.iter().cloned())
+            .require_key(config.key_required)
+            .bare_token(config.bare)
+            .tenant_scoped(config.tenant.is_some())
+            .replay_header(config.replay_header.clone())
+            .retry_after(config.retry)
+    }
+}
+
 impl<S, Svc> Layer<Svc> for IdempotencyLayer<S> {
     type Service = Idempotency<S, Svc>;
 
