@@ -100,3 +100,20 @@ async fn a_full_pool_is_a_warning() {
     );
     drop(held);
 }
+
+/// A row this adapter did not write is named, never decoded or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_row_is_named() {
+    let db = TestDb::create().await;
+    let store = db.store(4).await;
+    sqlx::query(
+        "INSERT INTO idem_records (operation, `key`, state, owner, fingerprint, body, expires_at) \
+         VALUES ('admin.bad', 'k-bad', 9, ?, ?, NULL, 4102444800000)",
+    )
+    .bind(vec![0u8; 16])
+    .bind(vec![0u8; 32])
+    .execute(store.pool())
+    .await
+    .unwrap();
+    idem_tests::admin::corrupt_row_is_named(store, "admin.bad", "k-bad").await;
+}

@@ -82,3 +82,22 @@ async fn a_table_not_idems_fails_the_layout() {
     assert_eq!(check.status, Status::Fail, "{check:?}");
     assert!(check.detail.contains("not idem's"), "{check:?}");
 }
+
+/// A row this adapter did not write is named, never decoded or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_row_is_named() {
+    let dir = TempDir::new();
+    let store = support::store(&dir).await;
+    sqlx::query(
+        "INSERT INTO idem_records (operation, key, state, owner, fingerprint, body, expires_at) \
+         VALUES (?1, ?2, 9, ?3, ?4, NULL, 4102444800000)",
+    )
+    .bind(b"admin.bad".to_vec())
+    .bind(b"k-bad".to_vec())
+    .bind(vec![0u8; 16])
+    .bind(vec![0u8; 32])
+    .execute(store.pool())
+    .await
+    .unwrap();
+    idem_tests::admin::corrupt_row_is_named(store, "admin.bad", "k-bad").await;
+}

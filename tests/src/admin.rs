@@ -520,3 +520,46 @@ pub async fn table_missing<S: AdminStore>(store: S) {
     assert_eq!(layout.status, Status::Fail, "{layout:?}");
     assert!(layout.detail.contains("migrate"), "{layout:?}");
 }
+
+/// A row the store did not write, planted by the caller under (`operation`, `key`) with
+/// an unknown state, an all-zero owner and a deadline far ahead: `inspect` and a listing
+/// that reaches it name it as [`AdminError::Corrupt`] rather than pass over it; `stats`
+/// leaves it out; `forget` never deletes it.
+pub async fn corrupt_row_is_named<S: AdminStore>(store: S, operation: &str, key_name: &str) {
+    let (operation, key) = (
+        Operation::from_stored(operation).expect("a name"),
+        key(key_name),
+    );
+    match store.inspect(&operation, &key).await {
+        Err(AdminError::Corrupt(detail)) => assert!(detail.contains(key_name), "{detail}"),
+        other => panic!("inspect of a planted row answered {other:?}"),
+    }
+    let every = ListQuery {
+        operation: None,
+        filter: ListFilter::All,
+        after: None,
+        limit: 10,
+    };
+    match store.list(&every).await {
+        Err(AdminError::Corrupt(detail)) => assert!(detail.contains(key_name), "{detail}"),
+        other => panic!("a listing over a planted row answered {other:?}"),
+    }
+    let stats = AdminStore::stats(&store).await.expect("stats");
+    assert!(
+        stats
+            .operations
+            .iter()
+            .all(|entry| entry.operation != operation.as_str()),
+        "{stats:?}"
+    );
+    assert!(
+        !store
+            .forget(&operation, &key, OwnerToken::from_u128(0))
+            .await
+            .expect("forget")
+    );
+    assert!(matches!(
+        store.inspect(&operation, &key).await,
+        Err(AdminError::Corrupt(_))
+    ));
+}

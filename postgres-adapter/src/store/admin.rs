@@ -154,7 +154,8 @@ impl AdminStore for PostgresStore {
 
     /// One page in (operation, key) order after the cursor, read with the server's clock in
     /// the same statement. A row this adapter did not write ends the listing with
-    /// [`AdminError::Corrupt`] naming it, rather than being passed over unseen.
+    /// [`AdminError::Corrupt`] naming it, rather than being passed over unseen. A limit of
+    /// 0 is read as 1, so that paging always moves on.
     async fn list(&self, query: &ListQuery) -> Result<ListPage, AdminError> {
         let after = query.after.as_ref().map(parse_cursor).transpose()?;
         let limit = query.limit.max(1);

@@ -194,7 +194,8 @@ impl AdminStore for SqliteStore {
 
     /// One page in (operation, key) order after the cursor, at one reading of the clock. A
     /// row this adapter did not write ends the listing with [`AdminError::Corrupt`] naming
-    /// it, rather than being passed over unseen.
+    /// it, rather than being passed over unseen. A limit of 0 is read as 1, so that paging
+    /// always moves on.
     async fn list(&self, query: &ListQuery) -> Result<ListPage, AdminError> {
         let after = query.after.as_ref().map(parse_cursor).transpose()?;
         let limit = query.limit.max(1);
