@@ -90,6 +90,14 @@
 //! Expired records read as absent already; [`MySqlStore::sweep`] deletes them in batches
 //! so the table stays bounded.
 //!
+//! **The operator's tools:** [`MySqlStore`] implements [`idem::admin::AdminStore`] with
+//! these same statements, row decoder and clock: `inspect` shows a pending record whose
+//! lease ran out as expired, `list` pages by (operation, key), `forget` is one `DELETE`
+//! that checks the owner and never takes a live lease, `stats` counts in one `GROUP BY`,
+//! and `health` checks the clock, the server (MariaDB 10.5 or later, writable), the table
+//! and its fence sequence, and the pools. Its `stats` is called as
+//! `AdminStore::stats(&store)`: [`MySqlStore::stats`] is the store's own counters.
+//!
 //! **Change notices:** this store does not implement [`idem::Store::changed`]: a caller
 //! waiting for an identical request reserves again at its jittered backoff, which is
 //! correct, only slower.

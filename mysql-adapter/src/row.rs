@@ -53,25 +53,33 @@ impl Found {
         let now = Timestamp::from_millis(u64::try_from(now).unwrap_or(0));
         let in_transaction: i64 = row.try_get("in_tx").map_err(get)?;
         let isolation: String = row.try_get("iso").map_err(get)?;
-        let state: Option<i16> = row.try_get("state").map_err(get)?;
-        let record = match state {
-            None => None,
-            Some(state) => Some(record(
-                state,
-                row.try_get("owner").map_err(get)?,
-                row.try_get("fingerprint").map_err(get)?,
-                row.try_get("body").map_err(get)?,
-                row.try_get("expires_at").map_err(get)?,
-                row.try_get("fence").map_err(get)?,
-            )?),
-        };
         Ok(Self {
             now,
-            record,
+            record: record_in(row)?,
             in_transaction: in_transaction != 0,
             isolation,
         })
     }
+}
+
+/// The record in a row's record columns (`state`, `owner`, `fingerprint`, `body`,
+/// `expires_at`, `fence`; `state` NULL for none): a command's read, or a row of the
+/// operator's listing.
+pub(crate) fn record_in(row: &MySqlRow) -> Result<Option<Record>, Unreadable> {
+    let get = |error| Unreadable::Unexpected(error);
+    let state: Option<i16> = row.try_get("state").map_err(get)?;
+    let Some(state) = state else {
+        return Ok(None);
+    };
+    record(
+        state,
+        row.try_get("owner").map_err(get)?,
+        row.try_get("fingerprint").map_err(get)?,
+        row.try_get("body").map_err(get)?,
+        row.try_get("expires_at").map_err(get)?,
+        row.try_get("fence").map_err(get)?,
+    )
+    .map(Some)
 }
 
 /// The record a row holds, or what is wrong with it.

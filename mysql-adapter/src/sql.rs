@@ -144,14 +144,70 @@ pub const END: &str = "UPDATE {records} SET expires_at = ? WHERE operation = ? A
 /// next_fence(): a fence above every one drawn before (F1), drawn after the row's lock.
 pub const NEXT_FENCE: &str = "SELECT CAST(NEXTVAL({fences}) AS SIGNED)";
 
+/// Whether a row of the records table (unaliased) is one this adapter wrote: a known
+/// state, a 16-byte owner, a 32-byte fingerprint, a deadline the record machine can hold,
+/// a body exactly when the state is "completed with a value", and no fence or a positive
+/// one. The statements that touch rows in bulk (the sweeper, the operator's) touch only
+/// these.
+pub const VALID: &str = "(expires_at >= 0 AND state BETWEEN 1 AND 4 \
+     AND LENGTH(owner) = 16 AND LENGTH(fingerprint) = 32 AND (body IS NULL) = (state <> 2) \
+     AND (fence IS NULL OR fence > 0))";
+
 /// sweep(batch): deletes at most `batch` records expired on the server's clock, oldest
 /// first, and only rows this adapter wrote.
 pub const SWEEP: &str = "DELETE FROM {records}
-WHERE expires_at <= {now} AND expires_at >= 0 AND state BETWEEN 1 AND 4
-  AND LENGTH(owner) = 16 AND LENGTH(fingerprint) = 32 AND (body IS NULL) = (state <> 2)
-  AND (fence IS NULL OR fence > 0)
+WHERE expires_at <= {now} AND {valid}
 ORDER BY expires_at
 LIMIT ?";
+
+/// list(after operation ×3, after key, operation ×4, its tenant-scoped prefix ×2, every
+/// record, limit): the operator's listing, one keyset page of records in (operation, key)
+/// order after the cursor's, read with the statement's clock (one row of NULL record
+/// columns when the page is empty), locking nothing. The operation keeps its own records
+/// and its tenants' (`operation~t-…`); the range on `operation` lets the primary key serve
+/// it. Without "every record", pending records only (live or past their lease); with it,
+/// every record but a completed one past its retention, which reads as absent (I9).
+pub const LIST: &str = "SELECT {now} AS now, r.operation, r.`key`, {columns}
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT * FROM {records}
+    WHERE (? IS NULL OR operation > ? OR (operation = ? AND `key` > ?))
+      AND (? IS NULL OR (operation >= ? AND operation < CONCAT(?, '~u')
+           AND (operation = ? OR LEFT(operation, LENGTH(?)) = ?)))
+      AND (state = 1 OR (? AND expires_at > {now}))
+    ORDER BY operation, `key`
+    LIMIT ?
+) AS r ON TRUE
+ORDER BY r.operation, r.`key`";
+
+/// forget(operation, key, owner): the operator's delete of one record, one autocommit
+/// statement: only the owner's record, only a row this adapter wrote, only when completed
+/// or past its lease. Its clock is the statement's start, read before any wait for the
+/// row's lock: a stale reading judges a lease live a little longer, never over sooner, and
+/// the row is judged as its newest version (a renewal committed meanwhile counts).
+pub const FORGET: &str = "DELETE FROM {records}
+WHERE operation = ? AND `key` = ? AND owner = ? AND {valid}
+  AND (state <> 1 OR expires_at <= {now})";
+
+/// stats(): the operator's counts per operation at one reading of the server's clock:
+/// pending with a live lease, pending past it, completed, panicked, and the stored bodies'
+/// total and largest size, counted in the server without reading a body. A completed
+/// record past its retention (absent, I9) and a row this adapter did not write are not
+/// counted.
+pub const STATS: &str = "SELECT operation,
+    CAST(SUM(state = 1 AND expires_at > {now}) AS SIGNED) AS pending,
+    CAST(SUM(state = 1 AND expires_at <= {now}) AS SIGNED) AS expired,
+    CAST(SUM(state IN (2, 3) AND expires_at > {now}) AS SIGNED) AS completed,
+    CAST(SUM(state = 4 AND expires_at > {now}) AS SIGNED) AS panicked,
+    CAST(COALESCE(SUM(CASE WHEN expires_at > {now} THEN LENGTH(body) END), 0) AS SIGNED)
+        AS body_bytes,
+    CAST(COALESCE(MAX(CASE WHEN expires_at > {now} THEN LENGTH(body) END), 0) AS SIGNED)
+        AS largest_body
+FROM {records}
+WHERE {valid}
+GROUP BY operation
+HAVING SUM(state = 1 OR expires_at > {now}) > 0
+ORDER BY operation";
 
 /// The statements written out for one table.
 #[derive(Debug, Clone)]
@@ -169,6 +225,9 @@ pub(crate) struct Statements {
     pub(crate) end: Arc<str>,
     pub(crate) next_fence: Arc<str>,
     pub(crate) sweep: Arc<str>,
+    pub(crate) list: Arc<str>,
+    pub(crate) forget: Arc<str>,
+    pub(crate) stats: Arc<str>,
 }
 
 impl Statements {
@@ -188,6 +247,9 @@ impl Statements {
             end: expand(END),
             next_fence: expand(NEXT_FENCE),
             sweep: expand(SWEEP),
+            list: expand(LIST),
+            forget: expand(FORGET),
+            stats: expand(STATS),
         }
     }
 }
@@ -196,6 +258,7 @@ impl Statements {
 pub fn expand(template: &str, table: &TableName) -> String {
     template
         .replace("{columns}", COLUMNS)
+        .replace("{valid}", VALID)
         .replace("{records}", &table.quoted())
         .replace("{index}", &table.quoted_index())
         .replace("{fences}", &table.quoted_fence_sequence())
@@ -223,6 +286,9 @@ mod tests {
             END,
             NEXT_FENCE,
             SWEEP,
+            LIST,
+            FORGET,
+            STATS,
         ];
         for template in all.iter().chain(MIGRATE.iter()) {
             let sql = expand(template, &table);
@@ -235,7 +301,16 @@ mod tests {
         }
         // No statement takes a time from the client: every deadline is server time
         // plus a duration, or one decided from a server reading.
-        for template in [INSERT_PENDING, INSERT_COMPLETED, COMPLETE_HELD, SWEEP, PEEK] {
+        for template in [
+            INSERT_PENDING,
+            INSERT_COMPLETED,
+            COMPLETE_HELD,
+            SWEEP,
+            PEEK,
+            LIST,
+            FORGET,
+            STATS,
+        ] {
             assert!(expand(template, &table).contains("UTC_TIMESTAMP(6)"));
         }
     }

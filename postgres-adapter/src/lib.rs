@@ -72,6 +72,14 @@
 //! Expired records read as absent already; [`PostgresStore::sweep`] deletes them in
 //! batches so the table stays bounded.
 //!
+//! **The operator's tools:** [`PostgresStore`] implements [`idem::admin::AdminStore`] with
+//! these same statements, row decoder and clock: `inspect` shows a pending record whose
+//! lease ran out as expired, `list` pages by (operation, key), `forget` is one `DELETE`
+//! that checks the owner and never takes a live lease, `stats` counts in one `GROUP BY`,
+//! and `health` checks the clock, the server (PostgreSQL 12 or later, not a standby), the
+//! table's layout and the pools. Its `stats` is called as `AdminStore::stats(&store)`:
+//! [`PostgresStore::stats`] is the store's own counters.
+//!
 //! **Change notices:** this store does not implement [`idem::Store::changed`] (no
 //! `LISTEN`/`NOTIFY`): a caller waiting for an identical request reserves again at its
 //! jittered backoff (10 ms doubling to 500 ms by default), which is correct, only slower.

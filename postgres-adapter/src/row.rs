@@ -75,19 +75,12 @@ impl Answer {
         let now = u64::try_from(now).map_err(|_| {
             sqlx::Error::Protocol(format!("the server's clock reads {now} ms, before 1970"))
         })?;
-        let expires_at: Option<i64> = row.try_get("expires_at")?;
+        let found = Found::from_row(row)?;
         Ok(Self {
             reply: row.try_get("reply")?,
             now: Timestamp::from_millis(now),
-            expires_at,
-            found: Found {
-                state: row.try_get("state")?,
-                owner: row.try_get("owner")?,
-                fingerprint: row.try_get("fingerprint")?,
-                body: row.try_get("body")?,
-                expires_at,
-                fence: row.try_get("fence")?,
-            },
+            expires_at: found.expires_at,
+            found,
         })
     }
 
@@ -202,6 +195,20 @@ impl Answer {
 }
 
 impl Found {
+    /// Reads the record columns of a row (`state`, `owner`, `fingerprint`, `body`,
+    /// `expires_at`, `fence`; all NULL for none): a statement's answer, or a row of the
+    /// operator's listing, decoded by [`Found::record`] either way.
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            state: row.try_get("state")?,
+            owner: row.try_get("owner")?,
+            fingerprint: row.try_get("fingerprint")?,
+            body: row.try_get("body")?,
+            expires_at: row.try_get("expires_at")?,
+            fence: row.try_get("fence")?,
+        })
+    }
+
     /// The `fence` column: `None` when NULL, refused when it is no fence (zero or
     /// negative, which no sequence of this adapter hands out).
     fn fence(&self) -> Result<Option<Fence>, String> {

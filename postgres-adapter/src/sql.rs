@@ -28,6 +28,14 @@ pub const RELEASE: &str = include_str!("../sql/release.sql");
 pub const READ: &str = include_str!("../sql/read.sql");
 /// The sweeper's batch.
 pub const SWEEP: &str = include_str!("../sql/sweep.sql");
+/// The operator's listing: a keyset page of records, expired ones included
+/// ([`idem::admin::AdminStore::list`]).
+pub const LIST: &str = include_str!("../sql/list.sql");
+/// The operator's delete of a completed or expired record
+/// ([`idem::admin::AdminStore::forget`]).
+pub const FORGET: &str = include_str!("../sql/forget.sql");
+/// The operator's counts by operation and state ([`idem::admin::AdminStore::stats`]).
+pub const STATS: &str = include_str!("../sql/stats.sql");
 
 /// The server's clock, in whole milliseconds since the Unix epoch, read when evaluated.
 pub const NOW: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
@@ -50,6 +58,9 @@ pub(crate) struct Statements {
     pub(crate) release: Arc<str>,
     pub(crate) read: Arc<str>,
     pub(crate) sweep: Arc<str>,
+    pub(crate) list: Arc<str>,
+    pub(crate) forget: Arc<str>,
+    pub(crate) stats: Arc<str>,
 }
 
 impl Statements {
@@ -64,6 +75,9 @@ impl Statements {
             release: expand(RELEASE),
             read: expand(READ),
             sweep: expand(SWEEP),
+            list: expand(LIST),
+            forget: expand(FORGET),
+            stats: expand(STATS),
         }
     }
 }
@@ -86,7 +100,7 @@ mod tests {
     fn every_placeholder_is_written_out() {
         let table = TableName::new("s.t").unwrap();
         for template in [
-            MIGRATE, PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP,
+            MIGRATE, PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP, LIST, FORGET, STATS,
         ] {
             let sql = expand(template, &table);
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
@@ -95,7 +109,9 @@ mod tests {
             assert!(!sql.contains("now()"), "{sql}");
         }
         // Every transition judges time by the statement's own clock reading.
-        for template in [PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP] {
+        for template in [
+            PEEK, RESERVE, COMPLETE, RENEW, RELEASE, READ, SWEEP, LIST, FORGET, STATS,
+        ] {
             assert!(expand(template, &table).contains("clock_timestamp()"));
         }
     }

@@ -65,6 +65,14 @@
 //!   is never changed; `SQLITE_BUSY` past the busy timeout, an I/O error, a missing table
 //!   or the command timeout is [`idem::StoreError::Unavailable`].
 //!
+//! **The operator's tools:** [`SqliteStore`] implements [`idem::admin::AdminStore`] with
+//! the same statements, row decoder and clock: `inspect` shows a pending record whose lease
+//! ran out as expired, `list` pages by (operation, key), `forget` is one `DELETE` that
+//! checks the owner and never takes a live lease, `stats` counts in one `GROUP BY`, and
+//! `health` checks the clock, WAL, `synchronous` (NORMAL a warning), the table and the
+//! pool. Its `stats` is called as `AdminStore::stats(&store)`: [`SqliteStore::stats`] is
+//! the store's own counters.
+//!
 //! **Change notices:** this store does not implement [`idem::Store::changed`]: a caller
 //! waiting for an identical request reserves again at its jittered backoff, which is
 //! correct, only slower.

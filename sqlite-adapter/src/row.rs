@@ -58,9 +58,9 @@ impl Found {
     }
 }
 
-/// The record in a found row, or what makes it not one this adapter wrote. The outer
-/// error is a failure to read the row at all.
-fn decode(row: &SqliteRow) -> Result<Result<Option<Record>, String>, sqlx::Error> {
+/// The record in a found row (`find`'s, or a row of the operator's listing), or what makes
+/// it not one this adapter wrote. The outer error is a failure to read the row at all.
+pub(crate) fn decode(row: &SqliteRow) -> Result<Result<Option<Record>, String>, sqlx::Error> {
     let ty = |column: &str| -> Result<String, sqlx::Error> { row.try_get(column) };
     let expect = [
         ("state", "integer"),

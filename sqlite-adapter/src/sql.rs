@@ -23,6 +23,14 @@ pub const DELETE: &str = include_str!("../sql/delete.sql");
 pub const FENCE: &str = include_str!("../sql/fence.sql");
 /// The sweeper's batch.
 pub const SWEEP: &str = include_str!("../sql/sweep.sql");
+/// The operator's listing: a keyset page of records, expired ones included
+/// ([`idem::admin::AdminStore::list`]).
+pub const LIST: &str = include_str!("../sql/list.sql");
+/// The operator's delete of a completed or expired record
+/// ([`idem::admin::AdminStore::forget`]).
+pub const FORGET: &str = include_str!("../sql/forget.sql");
+/// The operator's counts by operation and state ([`idem::admin::AdminStore::stats`]).
+pub const STATS: &str = include_str!("../sql/stats.sql");
 
 /// The statements of one store, for its table.
 #[derive(Debug, Clone)]
@@ -33,6 +41,9 @@ pub(crate) struct Statements {
     pub(crate) delete: Arc<str>,
     pub(crate) fence: Arc<str>,
     pub(crate) sweep: Arc<str>,
+    pub(crate) list: Arc<str>,
+    pub(crate) forget: Arc<str>,
+    pub(crate) stats: Arc<str>,
 }
 
 impl Statements {
@@ -45,6 +56,9 @@ impl Statements {
             delete: expand(DELETE),
             fence: expand(FENCE),
             sweep: expand(SWEEP),
+            list: expand(LIST),
+            forget: expand(FORGET),
+            stats: expand(STATS),
         }
     }
 }
@@ -65,7 +79,9 @@ mod tests {
     #[test]
     fn every_placeholder_is_written_out() {
         let table = TableName::new("t").unwrap();
-        for template in [MIGRATE, FIND, PUT, DELETE, FENCE, SWEEP] {
+        for template in [
+            MIGRATE, FIND, PUT, DELETE, FENCE, SWEEP, LIST, FORGET, STATS,
+        ] {
             let sql = expand(template, &table);
             assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
         }

@@ -33,6 +33,8 @@ use crate::row::{Columns, Found};
 use crate::sql::Statements;
 use crate::table::TableName;
 
+mod admin;
+
 /// The per-command timeout used when none is configured (1 s, the same for every store).
 pub use idem::store::DEFAULT_COMMAND_TIMEOUT;
 

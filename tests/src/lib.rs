@@ -19,12 +19,17 @@
 //! - [`model_check`]: a scenario under loom (every schedule up to a preemption bound) or
 //!   shuttle (random and PCT schedules, replayable), with the counterexample handed back.
 //!
+//! With the `admin` feature, `admin`: the operator's tools (`idem::admin::AdminStore`)
+//! checked once, generically, and run on each store by its crate's tests.
+//!
 //! And, with the `postgres` feature, `postgres`: the PostgreSQL harness the store's and the
 //! HTTP layer's tests share (a database per test, a private server to stop and start); and,
 //! with the `mysql` feature, `mysql`: a MariaDB database per test; and always, [`redis`] (`redis-server` processes and a Cluster) [`net`] (free ports) and [`process`] (examples served as child processes, to pause, stop
 //! or kill): one
 //! harness per server, for every crate whose tests start one.
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod caller;
 pub mod coverage;
 pub mod model_check;

@@ -6,6 +6,7 @@
 //! one suffices, else a locked read, the decision and the write in one transaction), and
 //! `upkeep` what keeps the table (migrating, sweeping).
 
+mod admin;
 mod builder;
 mod command;
 mod upkeep;

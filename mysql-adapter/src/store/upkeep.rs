@@ -67,7 +67,10 @@ impl MySqlStore {
         self.check_layout(conn).await
     }
 
-    async fn table_exists(&self, conn: &mut MySqlConnection) -> Result<bool, MySqlError> {
+    pub(super) async fn table_exists(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> Result<bool, MySqlError> {
         let table = &self.inner.table;
         let count: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.TABLES \
@@ -82,7 +85,7 @@ impl MySqlStore {
 
     /// Whether the table is laid out as this adapter's: an InnoDB base table, the columns,
     /// their types and nullability in order, and the primary key on (operation, key).
-    async fn check_layout(&self, conn: &mut MySqlConnection) -> Result<(), MySqlError> {
+    pub(super) async fn check_layout(&self, conn: &mut MySqlConnection) -> Result<(), MySqlError> {
         let table = &self.inner.table;
         let layout = |detail: String| MySqlError::Layout {
             table: table.to_string(),
@@ -186,8 +189,8 @@ impl MySqlStore {
 }
 
 /// Refuses a server the statements do not run on: MySQL (no `INSERT … RETURNING`, no
-/// sequences) and MariaDB before 10.5.
-async fn check_server(conn: &mut MySqlConnection) -> Result<(), MySqlError> {
+/// sequences) and MariaDB before 10.5. Returns the server's `VERSION()`.
+pub(super) async fn check_server(conn: &mut MySqlConnection) -> Result<String, MySqlError> {
     let version: String = sqlx::query_scalar("SELECT CAST(VERSION() AS CHAR)")
         .fetch_one(&mut *conn)
         .await?;
@@ -208,5 +211,5 @@ async fn check_server(conn: &mut MySqlConnection) -> Result<(), MySqlError> {
             "MariaDB 10.5 or later is needed (INSERT … RETURNING)",
         ));
     }
-    Ok(())
+    Ok(version)
 }

@@ -6,6 +6,7 @@
 //! races), and `upkeep` what keeps the table (creating and checking it, sweeping expired
 //! records, which already read as absent: I9).
 
+mod admin;
 mod builder;
 mod command;
 mod upkeep;

@@ -31,7 +31,7 @@ const BEFORE_FENCES: usize = 7;
 
 /// Which layouts [`PostgresStore::check_layout`] accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
+pub(super) enum Layout {
     /// The current one, or the one before fences, which the migration brings up to date.
     BeforeMigration,
     /// The current one only.
@@ -63,7 +63,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn relation_kind(
+    pub(super) async fn relation_kind(
         &self,
         conn: &mut PgConnection,
     ) -> Result<Option<String>, PostgresError> {
@@ -77,7 +77,7 @@ impl PostgresStore {
     /// Whether the table is laid out as this adapter's: the columns, their types and
     /// nullability, in order, and the primary key on (operation, key). Before the migration
     /// runs, a table made before fences (without the `fence` column) is this adapter's too.
-    async fn check_layout(
+    pub(super) async fn check_layout(
         &self,
         conn: &mut PgConnection,
         when: Layout,
