@@ -33,7 +33,9 @@ macro_rules! with_store {
     ($connected:expr, $store:ident => $body:expr) => {
         match $connected {
             $crate::connect::Connected::Redis($store) => $body,
-            _ => Err(CliError::Input("TEMPORARY".to_owned())),
+            $crate::connect::Connected::Postgres($store) => $body,
+            $crate::connect::Connected::MariaDb($store) => $body,
+            $crate::connect::Connected::Sqlite($store) => $body,
         }
     };
 }

@@ -26,7 +26,10 @@ fn completions_name_every_subcommand() {
         assert!(output.status.success(), "{shell}: {}", stderr(&output));
         let script = String::from_utf8_lossy(&output.stdout);
         for command in ["inspect", "list", "release", "sweep", "health", "stats"] {
-            assert!(script.contains(command), "{shell} completions lack {command}");
+            assert!(
+                script.contains(command),
+                "{shell} completions lack {command}"
+            );
         }
     }
 }
@@ -39,13 +42,29 @@ fn bad_input_is_refused_before_any_store() {
 
     let missing = idem(&["--sqlite", "/nonexistent/idem.db", "stats"]);
     assert_eq!(missing.status.code(), Some(1));
-    assert!(stderr(&missing).contains("no SQLite database at"), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("no SQLite database at"),
+        "{}",
+        stderr(&missing)
+    );
     assert!(!std::path::Path::new("/nonexistent/idem.db").exists());
 
-    let two = idem(&["--redis", "redis://a", "--postgres", "postgres://b", "health"]);
+    let two = idem(&[
+        "--redis",
+        "redis://a",
+        "--postgres",
+        "postgres://b",
+        "health",
+    ]);
     assert_eq!(two.status.code(), Some(2), "clap refuses two stores");
 
-    let brace = idem(&["--redis", "redis://127.0.0.1:1", "--prefix", "{x}", "health"]);
+    let brace = idem(&[
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--prefix",
+        "{x}",
+        "health",
+    ]);
     assert_eq!(brace.status.code(), Some(1));
     assert!(stderr(&brace).contains("brace"), "{}", stderr(&brace));
 }
@@ -57,5 +76,11 @@ fn an_unreachable_store_is_an_error_with_json_too() {
     let output = idem(&["--json", "--redis", &url, "inspect", "op", "k"]);
     assert_eq!(output.status.code(), Some(1));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert!(json["error"].as_str().unwrap().contains("could not connect"), "{json}");
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap()
+            .contains("could not connect"),
+        "{json}"
+    );
 }

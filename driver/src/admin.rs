@@ -167,6 +167,73 @@ impl ListQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cursor(pub String);
 
+impl Cursor {
+    /// The cursor after `(operation, key)` in a listing ordered by those two names (keyset
+    /// pages, as the SQL stores list): both names in full, the operation's length first, so
+    /// any two strings (a row idem did not write included) make a cursor that reads back.
+    pub fn after(operation: &str, key: &str) -> Self {
+        Cursor(format!("{}:{operation}{key}", operation.len()))
+    }
+
+    /// The `(operation, key)` a cursor made by [`after`](Self::after) names; a cursor made
+    /// otherwise is [`AdminError::Corrupt`].
+    pub fn position(&self) -> Result<(String, String), AdminError> {
+        let refused = || AdminError::Corrupt(format!("{:?} is not a cursor of this store", self.0));
+        let (len, rest) = self.0.split_once(':').ok_or_else(refused)?;
+        let len: usize = len.parse().map_err(|_| refused())?;
+        if !rest.is_char_boundary(len) {
+            return Err(refused());
+        }
+        let (operation, key) = rest.split_at(len);
+        Ok((operation.to_owned(), key.to_owned()))
+    }
+}
+
+/// What a keyset listing read at one position: a record, or a value the store did not
+/// write (named, and left for a person to look at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scanned {
+    /// A record the store wrote.
+    Record(Listed),
+    /// A row or value under `(operation, key)` that is not a record of this store.
+    Corrupt {
+        /// The operation column or name as stored.
+        operation: String,
+        /// The key as stored.
+        key: String,
+        /// How the backend names the row (table and names), for the operator.
+        name: String,
+    },
+}
+
+impl Scanned {
+    /// What a listing read under `(operation, key)`: the record `decoded` (a [`Listed`]), or,
+    /// when decoding it found a value the store did not write ([`AdminError::Corrupt`],
+    /// whose message names it), that value; any other error ends the listing.
+    pub fn from_decoded(
+        operation: String,
+        key: String,
+        decoded: Result<Listed, AdminError>,
+    ) -> Result<Self, AdminError> {
+        match decoded {
+            Ok(listed) => Ok(Scanned::Record(listed)),
+            Err(AdminError::Corrupt(name)) => Ok(Scanned::Corrupt {
+                operation,
+                key,
+                name,
+            }),
+            Err(other) => Err(other),
+        }
+    }
+
+    fn position(&self) -> (&str, &str) {
+        match self {
+            Scanned::Record(listed) => (listed.operation.as_str(), listed.key.as_str()),
+            Scanned::Corrupt { operation, key, .. } => (operation, key),
+        }
+    }
+}
+
 /// One record in a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -190,6 +257,42 @@ pub struct ListPage {
     /// Keys in the page's range that hold a value this store did not write (as the backend
     /// names them), left for a person to look at.
     pub corrupt: Vec<String>,
+}
+
+impl ListPage {
+    /// The page made of what a keyset listing scanned in order, read with `limit + 1` so
+    /// that one more tells whether there are more: the first `limit`, a cursor after the last
+    /// of them when there were more, and the records [`ListQuery::matches`] keeps (applied
+    /// after the cursor is taken, so a record left out never makes a page skip another).
+    pub fn from_scanned(query: &ListQuery, now: Timestamp, mut scanned: Vec<Scanned>) -> Self {
+        let limit = usize::try_from(query.limit.max(1)).unwrap_or(usize::MAX);
+        let more = scanned.len() > limit;
+        scanned.truncate(limit);
+        let next = match scanned.last() {
+            Some(last) if more => {
+                let (operation, key) = last.position();
+                Some(Cursor::after(operation, key))
+            }
+            _ => None,
+        };
+        let mut page = ListPage {
+            now,
+            records: Vec::new(),
+            next,
+            corrupt: Vec::new(),
+        };
+        for scanned in scanned {
+            match scanned {
+                Scanned::Record(listed) => {
+                    if query.matches(&listed.operation, RecordState::of(&listed.record, now)) {
+                        page.records.push(listed);
+                    }
+                }
+                Scanned::Corrupt { name, .. } => page.corrupt.push(name),
+            }
+        }
+        page
+    }
 }
 
 /// Counts of one operation's records, by state.
@@ -239,7 +342,9 @@ impl OperationStats {
 pub struct StoreStats {
     /// One entry per operation, sorted by name.
     pub operations: Vec<OperationStats>,
-    /// Keys holding a value this store did not write.
+    /// Keys holding a value this store did not write, where the store reads every record to
+    /// count (Redis); the SQL stores count in SQL by state and leave such rows out (`list
+    /// --all` names them).
     pub corrupt: u64,
 }
 
@@ -518,6 +623,46 @@ mod tests {
         };
         assert!(all.matches(&charge, RecordState::Panicked));
         assert!(!all.matches(&charge, RecordState::Absent));
+    }
+
+    #[test]
+    fn keyset_cursors_read_back_any_names_and_pages_go_past_foreign_rows() {
+        for (operation, key) in [("charge", "k 1"), ("a:b", ""), ("", "x"), ("é", "ü:")] {
+            let cursor = Cursor::after(operation, key);
+            assert_eq!(
+                cursor.position().unwrap(),
+                (operation.to_owned(), key.to_owned())
+            );
+        }
+        for bad in ["", "x", "9:ab", "1:\u{e9}"] {
+            assert!(Cursor(bad.to_owned()).position().is_err(), "{bad:?}");
+        }
+        let charge = Operation::new("charge").unwrap();
+        let record = |key: &str| {
+            Scanned::Record(Listed {
+                operation: charge.clone(),
+                key: Key::new(key).unwrap(),
+                record: pending(100),
+            })
+        };
+        let foreign = |key: &str| Scanned::Corrupt {
+            operation: "charge".to_owned(),
+            key: key.to_owned(),
+            name: format!("row {key}"),
+        };
+        let query = ListQuery {
+            limit: 2,
+            ..ListQuery::in_flight()
+        };
+        let now = Timestamp::from_millis(10);
+        // A page of foreign rows alone still moves on, after the last of them.
+        let page =
+            ListPage::from_scanned(&query, now, vec![foreign("a"), foreign("b"), record("c")]);
+        assert!(page.records.is_empty());
+        assert_eq!(page.corrupt, ["row a", "row b"]);
+        assert_eq!(page.next, Some(Cursor::after("charge", "b")));
+        let last = ListPage::from_scanned(&query, now, vec![record("c")]);
+        assert_eq!((last.records.len(), last.next), (1, None));
     }
 
     #[test]

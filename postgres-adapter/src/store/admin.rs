@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use idem::admin::{
     AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
-    ListQuery, Listed, OperationStats, RecordState, Status, StoreStats, clock_check, system_now,
+    ListQuery, Listed, OperationStats, Scanned, Status, StoreStats, clock_check, system_now,
 };
 use idem_core::key::TENANT_SCOPE;
 use idem_core::{Key, Operation, OwnerToken, Timestamp};
@@ -60,22 +60,25 @@ impl PostgresStore {
     }
 
     /// The record a listing's row holds, under the names it is stored with.
-    fn listed(&self, row: &PgRow) -> Result<Listed, AdminError> {
+    fn listed(&self, row: &PgRow) -> Result<Scanned, AdminError> {
         let operation: String = row.try_get("operation").map_err(unreadable)?;
         let key: String = row.try_get("key").map_err(unreadable)?;
-        let found = Found::from_row(row).map_err(unreadable)?;
-        let record = found
-            .record()
-            .map_err(|detail| self.corrupt(&operation, &key, &detail))?;
-        let name = Operation::from_stored(&operation)
-            .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
-        let key_name =
-            Key::new(&key).map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
-        Ok(Listed {
-            operation: name,
-            key: key_name,
-            record,
-        })
+        let decoded = (|| {
+            let found = Found::from_row(row).map_err(unreadable)?;
+            let record = found
+                .record()
+                .map_err(|detail| self.corrupt(&operation, &key, &detail))?;
+            let name = Operation::from_stored(&operation)
+                .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
+            let key_name = Key::new(&key)
+                .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
+            Ok(Listed {
+                operation: name,
+                key: key_name,
+                record,
+            })
+        })();
+        Scanned::from_decoded(operation, key, decoded)
     }
 
     /// The `layout` check: the table exists, is this adapter's, and is migrated.
@@ -157,7 +160,7 @@ impl AdminStore for PostgresStore {
     /// [`AdminError::Corrupt`] naming it, rather than being passed over unseen. A limit of
     /// 0 is read as 1, so that paging always moves on.
     async fn list(&self, query: &ListQuery) -> Result<ListPage, AdminError> {
-        let after = query.after.as_ref().map(parse_cursor).transpose()?;
+        let after = query.after.as_ref().map(Cursor::position).transpose()?;
         let limit = query.limit.max(1);
         let base = query.operation.as_ref().map(Operation::as_str);
         let scoped = base.map(|name| format!("{name}{TENANT_SCOPE}"));
@@ -188,7 +191,7 @@ impl AdminStore for PostgresStore {
                 scanned.push(self.listed(row)?);
             }
         }
-        Ok(page(query, now, scanned, limit))
+        Ok(ListPage::from_scanned(query, now, scanned))
     }
 
     async fn forget(
@@ -294,41 +297,6 @@ impl AdminStore for PostgresStore {
     async fn sweep(&self, batch: u32) -> Result<u64, AdminError> {
         PostgresStore::sweep(self, batch).await.map_err(unavailable)
     }
-}
-
-/// The page made of the rows a listing scanned (at most `limit` + 1, in order): the first
-/// `limit`, and a cursor after the last of them when there were more.
-fn page(query: &ListQuery, now: Timestamp, mut scanned: Vec<Listed>, limit: u32) -> ListPage {
-    let more = scanned.len() > limit as usize;
-    scanned.truncate(limit as usize);
-    let next = match scanned.last() {
-        Some(last) if more => Some(cursor(&last.operation, &last.key)),
-        _ => None,
-    };
-    // The statement already chose these records; the trait's own rule is applied as well,
-    // so the listing means what `ListQuery::matches` says whatever the SQL says. The cursor
-    // is taken before, so a record left out here is never the reason a page is skipped.
-    scanned.retain(|listed| query.matches(&listed.operation, RecordState::of(&listed.record, now)));
-    ListPage {
-        now,
-        records: scanned,
-        next,
-    }
-}
-
-/// The cursor after `operation`'s `key`: the two names with a space between them, a
-/// character neither can hold.
-fn cursor(operation: &Operation, key: &Key) -> Cursor {
-    Cursor(format!("{operation} {key}"))
-}
-
-/// The (operation, key) a cursor of [`cursor`] names.
-fn parse_cursor(cursor: &Cursor) -> Result<(Operation, Key), AdminError> {
-    let refused = || AdminError::Corrupt(format!("{:?} is not a cursor this store made", cursor.0));
-    let (operation, key) = cursor.0.split_once(' ').ok_or_else(refused)?;
-    let operation = Operation::from_stored(operation).map_err(|_| refused())?;
-    let key = Key::new(key).map_err(|_| refused())?;
-    Ok((operation, key))
 }
 
 /// The server's clock reading a statement returned as `now`.

@@ -21,7 +21,7 @@ use std::future::Future;
 
 use idem::admin::{
     AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
-    ListQuery, Listed, OperationStats, RecordState, Status, StoreStats, clock_check, system_now,
+    ListQuery, Listed, OperationStats, Scanned, Status, StoreStats, clock_check, system_now,
 };
 use idem_core::key::TENANT_SCOPE;
 use idem_core::{Key, Operation, OwnerToken, Timestamp};
@@ -68,7 +68,7 @@ impl SqliteStore {
     }
 
     /// The record a listing's row holds, under the names it is stored with.
-    fn listed(&self, row: &SqliteRow) -> Result<Listed, AdminError> {
+    fn listed(&self, row: &SqliteRow) -> Result<Scanned, AdminError> {
         let name = |column: &str| -> Result<String, AdminError> {
             // A name of another type than BLOB is reported by the decoder below; read it
             // as text for the report.
@@ -78,19 +78,22 @@ impl SqliteStore {
             }
         };
         let (operation, key) = (name("operation")?, name("key")?);
-        let record = decode(row)
-            .map_err(unreadable)?
-            .map_err(|detail| self.corrupt(&operation, &key, &detail))?
-            .ok_or_else(|| self.corrupt(&operation, &key, "no record"))?;
-        let stored = Operation::from_stored(&operation)
-            .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
-        let key_name =
-            Key::new(&key).map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
-        Ok(Listed {
-            operation: stored,
-            key: key_name,
-            record,
-        })
+        let decoded = (|| {
+            let record = decode(row)
+                .map_err(unreadable)?
+                .map_err(|detail| self.corrupt(&operation, &key, &detail))?
+                .ok_or_else(|| self.corrupt(&operation, &key, "no record"))?;
+            let stored = Operation::from_stored(&operation)
+                .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
+            let key_name = Key::new(&key)
+                .map_err(|error| self.corrupt(&operation, &key, &error.to_string()))?;
+            Ok(Listed {
+                operation: stored,
+                key: key_name,
+                record,
+            })
+        })();
+        Scanned::from_decoded(operation, key, decoded)
     }
 
     /// The `layout` check: the records table and the fence counter exist, and the records
@@ -197,7 +200,7 @@ impl AdminStore for SqliteStore {
     /// it, rather than being passed over unseen. A limit of 0 is read as 1, so that paging
     /// always moves on.
     async fn list(&self, query: &ListQuery) -> Result<ListPage, AdminError> {
-        let after = query.after.as_ref().map(parse_cursor).transpose()?;
+        let after = query.after.as_ref().map(Cursor::position).transpose()?;
         let limit = query.limit.max(1);
         let now = host_clock()?;
         let base = query.operation.as_ref().map(Operation::as_str);
@@ -223,7 +226,7 @@ impl AdminStore for SqliteStore {
         for row in &rows {
             scanned.push(self.listed(row)?);
         }
-        Ok(page(query, now, scanned, limit))
+        Ok(ListPage::from_scanned(query, now, scanned))
     }
 
     /// One `DELETE` under the store's writer lock, judged at the clock read once the lock
@@ -335,41 +338,6 @@ impl AdminStore for SqliteStore {
     async fn sweep(&self, batch: u32) -> Result<u64, AdminError> {
         SqliteStore::sweep(self, batch).await.map_err(unavailable)
     }
-}
-
-/// The page made of the rows a listing scanned (at most `limit` + 1, in order): the first
-/// `limit`, and a cursor after the last of them when there were more.
-fn page(query: &ListQuery, now: Timestamp, mut scanned: Vec<Listed>, limit: u32) -> ListPage {
-    let more = scanned.len() > limit as usize;
-    scanned.truncate(limit as usize);
-    let next = match scanned.last() {
-        Some(last) if more => Some(cursor(&last.operation, &last.key)),
-        _ => None,
-    };
-    // The statement already chose these records; the trait's own rule is applied as well,
-    // so the listing means what `ListQuery::matches` says. The cursor is taken before, so a
-    // record left out here never makes a page skip another.
-    scanned.retain(|listed| query.matches(&listed.operation, RecordState::of(&listed.record, now)));
-    ListPage {
-        now,
-        records: scanned,
-        next,
-    }
-}
-
-/// The cursor after `operation`'s `key`: the two names with a space between them, a
-/// character neither can hold.
-fn cursor(operation: &Operation, key: &Key) -> Cursor {
-    Cursor(format!("{operation} {key}"))
-}
-
-/// The (operation, key) a cursor of [`cursor`] names.
-fn parse_cursor(cursor: &Cursor) -> Result<(Operation, Key), AdminError> {
-    let refused = || AdminError::Corrupt(format!("{:?} is not a cursor this store made", cursor.0));
-    let (operation, key) = cursor.0.split_once(' ').ok_or_else(refused)?;
-    let operation = Operation::from_stored(operation).map_err(|_| refused())?;
-    let key = Key::new(key).map_err(|_| refused())?;
-    Ok((operation, key))
 }
 
 /// The store's clock, or why it cannot judge a deadline.
