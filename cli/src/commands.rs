@@ -500,8 +500,8 @@ pub async fn health<S: AdminStore>(store: &S) -> Result<Report, CliError> {
     let health = store.health().await?;
     let mut text = vec![format!("{} — {}", store.kind(), health.status().name())];
     for check in &health.checks {
-        let first = format!("{}{}", cell(check.status.name(), 6), cell(&check.name, 13));
-        text.push(wrap(&first, 19, &check.detail));
+        let first = format!("{}{}", cell(check.status.name(), 6), cell(&check.name, 18));
+        text.push(wrap(&first, 24, &check.detail));
     }
     let checks: Vec<Value> = health
         .checks

@@ -46,7 +46,7 @@ fn main() {
         let evicting = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
         let (code, text) = idem(&["--redis", &evicting.url(), "health"]);
         assert_eq!(code, 2, "a failed check exits 2:\n{text}");
-        assert!(text.contains("fail  eviction"), "{text}");
+        assert!(text.contains("fail  eviction "), "{text}");
         assert!(text.contains("allkeys-lru"), "{text}");
         assert!(text.contains("runs the action again"), "{text}");
         fits(&text);
