@@ -465,6 +465,62 @@ pub fn clock_check(before: Timestamp, store: Timestamp, after: Timestamp) -> Hea
     HealthCheck::new("clock", status, detail)
 }
 
+/// What a store's connection pool holds, for [`pool_check`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolState {
+    /// Connections open.
+    pub open: u32,
+    /// Of those, idle.
+    pub idle: u32,
+    /// The most the pool opens.
+    pub max: u32,
+    /// The pool was closed: every command fails.
+    pub closed: bool,
+}
+
+/// The check of one connection pool named `name`: `fail` when closed, `warn` when every
+/// connection is open and in use (a command then waits for one, and a lease's renewal with
+/// it), `ok` otherwise.
+pub fn pool_check(name: &str, pool: PoolState) -> HealthCheck {
+    let PoolState {
+        open,
+        idle,
+        max,
+        closed,
+    } = pool;
+    if closed {
+        HealthCheck::new(
+            name,
+            Status::Fail,
+            "the pool is closed: restart the service",
+        )
+    } else if open >= max && idle == 0 {
+        HealthCheck::new(
+            name,
+            Status::Warn,
+            format!("all {max} connections in use: commands wait for one; raise the limit"),
+        )
+    } else {
+        HealthCheck::new(
+            name,
+            Status::Ok,
+            format!("{open} of {max} connections open, {idle} idle"),
+        )
+    }
+}
+
+/// A store's clock read as milliseconds since the Unix epoch, as a [`Timestamp`]; a reading
+/// before 1970 is the store's fault, said as such.
+pub fn store_clock(millis: i64) -> Result<Timestamp, AdminError> {
+    u64::try_from(millis)
+        .map(Timestamp::from_millis)
+        .map_err(|_| {
+            AdminError::Unavailable(
+                format!("the store's clock reads {millis} ms, before 1970").into(),
+            )
+        })
+}
+
 /// Why an operator's command could not be answered.
 #[derive(Debug, Error)]
 #[non_exhaustive]

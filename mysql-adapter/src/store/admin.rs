@@ -21,8 +21,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use idem::admin::{
-    AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
-    ListQuery, Listed, OperationStats, Scanned, Status, StoreStats, clock_check, system_now,
+    self, AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
+    ListQuery, Listed, OperationStats, PoolState, Scanned, Status, StoreStats, clock_check,
+    system_now,
 };
 use idem_core::key::TENANT_SCOPE;
 use idem_core::{Key, Operation, OwnerToken, Timestamp};
@@ -316,9 +317,7 @@ impl AdminStore for MySqlStore {
 /// The server's clock reading a statement returned as `now`.
 fn clock(row: &MySqlRow) -> Result<Timestamp, AdminError> {
     let now: i64 = row.try_get("now").map_err(unreadable)?;
-    u64::try_from(now).map(Timestamp::from_millis).map_err(|_| {
-        AdminError::Unavailable(format!("the server's clock reads {now} ms, before 1970").into())
-    })
+    admin::store_clock(now)
 }
 
 /// A statement's answer that is not what it selects.
@@ -334,32 +333,15 @@ fn unavailable(error: MySqlError) -> AdminError {
     }
 }
 
-/// The `pool` check of one pool: how many connections are open and idle, of its maximum;
-/// a warning when every one is open and in use (a command then waits for one).
+/// The `pool` check of one pool.
 fn pool_check(name: &str, pool: &MySqlPool) -> HealthCheck {
-    let (size, idle, max) = (
-        pool.size(),
-        pool.num_idle(),
-        pool.options().get_max_connections(),
-    );
-    if pool.is_closed() {
-        return HealthCheck::new(
-            name,
-            Status::Fail,
-            "the pool is closed: restart the service",
-        );
-    }
-    if size >= max && idle == 0 {
-        HealthCheck::new(
-            name,
-            Status::Warn,
-            format!("all {max} connections in use: commands wait for one; raise the limit"),
-        )
-    } else {
-        HealthCheck::new(
-            name,
-            Status::Ok,
-            format!("{size} of {max} connections open, {idle} idle"),
-        )
-    }
+    admin::pool_check(
+        name,
+        PoolState {
+            open: pool.size(),
+            idle: u32::try_from(pool.num_idle()).unwrap_or(u32::MAX),
+            max: pool.options().get_max_connections(),
+            closed: pool.is_closed(),
+        },
+    )
 }

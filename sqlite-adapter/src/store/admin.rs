@@ -20,8 +20,9 @@
 use std::future::Future;
 
 use idem::admin::{
-    AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
-    ListQuery, Listed, OperationStats, Scanned, Status, StoreStats, clock_check, system_now,
+    self, AdminError, AdminStore, Cursor, Health, HealthCheck, Inspection, ListFilter, ListPage,
+    ListQuery, Listed, OperationStats, PoolState, Scanned, Status, StoreStats, clock_check,
+    system_now,
 };
 use idem_core::key::TENANT_SCOPE;
 use idem_core::{Key, Operation, OwnerToken, Timestamp};
@@ -363,28 +364,15 @@ fn unavailable(error: SqliteError) -> AdminError {
     }
 }
 
-/// The `pool` check: how many connections are open and idle, of the maximum; a warning
-/// when every one is open and in use (a command then waits for one).
+/// The `pool` check.
 fn pool_check(pool: &sqlx::SqlitePool) -> HealthCheck {
-    let (size, idle, max) = (
-        pool.size(),
-        pool.num_idle(),
-        pool.options().get_max_connections(),
-    );
-    if pool.is_closed() {
-        return HealthCheck::new("pool", Status::Fail, "the pool is closed: reopen the store");
-    }
-    if size >= max && idle == 0 {
-        HealthCheck::new(
-            "pool",
-            Status::Warn,
-            format!("all {max} connections in use: commands wait for one; raise the limit"),
-        )
-    } else {
-        HealthCheck::new(
-            "pool",
-            Status::Ok,
-            format!("{size} of {max} connections open, {idle} idle"),
-        )
-    }
+    admin::pool_check(
+        "pool",
+        PoolState {
+            open: pool.size(),
+            idle: u32::try_from(pool.num_idle()).unwrap_or(u32::MAX),
+            max: pool.options().get_max_connections(),
+            closed: pool.is_closed(),
+        },
+    )
 }
