@@ -173,7 +173,7 @@ impl AdminStore for MySqlStore {
 
     /// Runs the read command's locked read and returns the row it found, at the clock read
     /// after its lock, even when a read would answer "absent": an expired pending record
-    /// shows as [`RecordState::Expired`].
+    /// shows as [`RecordState::Expired`](idem::admin::RecordState::Expired).
     async fn inspect(&self, operation: &Operation, key: &Key) -> Result<Inspection, AdminError> {
         let row = self
             .within(

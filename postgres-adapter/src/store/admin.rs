@@ -133,7 +133,7 @@ impl AdminStore for PostgresStore {
 
     /// Runs the read command's statement (which waits for a commit in progress on the row)
     /// and returns the row it found, at the clock reading it judged by, even when the read
-    /// answers "absent": an expired pending record shows as [`RecordState::Expired`].
+    /// answers "absent": an expired pending record shows as [`RecordState::Expired`](idem::admin::RecordState::Expired).
     async fn inspect(&self, operation: &Operation, key: &Key) -> Result<Inspection, AdminError> {
         let row = self
             .within(

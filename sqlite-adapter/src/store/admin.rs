@@ -177,7 +177,7 @@ impl AdminStore for SqliteStore {
 
     /// Runs the store's `find` and returns the row it found, with the clock read after it,
     /// even when a read would answer "absent": an expired pending record shows as
-    /// [`RecordState::Expired`]. A plain read (WAL): it sees the last commit, and does not
+    /// [`RecordState::Expired`](idem::admin::RecordState::Expired). A plain read (WAL): it sees the last commit, and does not
     /// wait for the writer.
     async fn inspect(&self, operation: &Operation, key: &Key) -> Result<Inspection, AdminError> {
         let row = self
