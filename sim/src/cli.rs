@@ -1,6 +1,8 @@
 //! The command line: its commands and run options (faults and variants listed from their
 //! catalogues), parsed into a [`Command`], and usage errors as the tool prints them.
 
+use std::num::NonZeroUsize;
+
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use idem_sim::{Config, FaultKind, Faults, Provider, Shape, Variant};
 
@@ -46,6 +48,9 @@ pub(crate) enum Sub {
         /// The first seed
         #[arg(long, value_name = "S", default_value_t = 0)]
         from: u64,
+        /// Threads to run seeds on (default: one per core); the summary is the same for any
+        #[arg(long, value_name = "N")]
+        jobs: Option<NonZeroUsize>,
         #[command(flatten)]
         run: RunOptions,
     },
@@ -191,6 +196,7 @@ pub(crate) enum Command {
         from: u64,
         seeds: u64,
         config: Config,
+        jobs: Option<NonZeroUsize>,
     },
     Replay {
         seed: u64,
@@ -206,10 +212,16 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, clap::Error> {
     Ok(match cli.command {
         None => Command::Main,
         Some(Sub::Table { trace }) => Command::Table { trace },
-        Some(Sub::Explore { seeds, from, run }) => Command::Explore {
+        Some(Sub::Explore {
+            seeds,
+            from,
+            jobs,
+            run,
+        }) => Command::Explore {
             from,
             seeds,
             config: run.config(),
+            jobs,
         },
         Some(Sub::Replay { seed, run }) => Command::Replay {
             seed,
@@ -280,6 +292,7 @@ mod tests {
             from,
             seeds,
             config,
+            jobs,
         }) = parse(&args(
             "explore --seeds 10 --from 5 --callers 3 --without skew,crash",
         ))
@@ -287,6 +300,12 @@ mod tests {
             panic!("explore did not parse");
         };
         assert_eq!((from, seeds, config.shape.callers), (5, 10, 3));
+        assert_eq!(jobs, None);
+        let Ok(Command::Explore { jobs, .. }) = parse(&args("explore --seeds 10 --jobs 3")) else {
+            panic!("explore --jobs did not parse");
+        };
+        assert_eq!(jobs, NonZeroUsize::new(3));
+        assert!(parse(&args("explore --seeds 10 --jobs 0")).is_err());
         assert_eq!(config.shape.keys, Shape::default().keys);
         assert!(!config.shape.faults.has(FaultKind::Skew));
         assert!(!config.shape.faults.has(FaultKind::Crash));

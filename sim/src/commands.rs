@@ -2,9 +2,10 @@
 //! progress bar), and the replay of one seed with its trace.
 
 use std::io::IsTerminal;
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
-use idem_sim::{Config, FaultKind, SCENARIOS, explore, run_seed};
+use idem_sim::{Config, FaultKind, SCENARIOS, explore_in_parallel, run_seed};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How long an exploration runs before it draws a progress bar: one that ends sooner
@@ -100,13 +101,18 @@ impl Progress {
     }
 }
 
-pub(crate) fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
+/// The threads an exploration runs on when none are named: one per core.
+pub(crate) fn default_jobs() -> NonZeroUsize {
+    std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN)
+}
+
+pub(crate) fn run_explore(from: u64, seeds: u64, config: &Config, jobs: NonZeroUsize) -> bool {
     let mut progress = Progress::new(seeds);
     let started = Instant::now();
-    let result = explore(from, seeds, config, |seed| {
-        if (seed - from) % 256 == 255 {
-            progress.advance(256);
-        }
+    let mut shown = 0;
+    let result = explore_in_parallel(from, seeds, config, jobs, |finished| {
+        progress.advance(finished - shown);
+        shown = finished;
     });
     let wall = started.elapsed().as_secs_f64();
     progress.finish();
@@ -123,7 +129,7 @@ pub(crate) fn run_explore(from: u64, seeds: u64, config: &Config) -> bool {
             println!("{summary}");
             let per_sec = |n: u64| if wall > 0.0 { n as f64 / wall } else { 0.0 };
             println!(
-                "wall: {wall:.2}s, {:.0} seeds/s, {:.0} simulated requests/s",
+                "wall: {wall:.2}s on {jobs} threads, {:.0} seeds/s, {:.0} simulated requests/s",
                 per_sec(summary.runs),
                 per_sec(summary.requests)
             );

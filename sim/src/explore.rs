@@ -1,6 +1,11 @@
 //! Many seeded runs and their summary.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
 
 use idem_check::{Cause, CauseCounts, Provider, Rule, Variant, Violation};
 
@@ -121,6 +126,35 @@ impl Summary {
 }
 
 impl Summary {
+    /// Adds the summary of seeds that come after this one's: the result is the summary the
+    /// two ranges would have made run one after the other (the same violations kept, rules
+    /// in the order first seen, failing seeds in order).
+    pub fn append(&mut self, later: &Summary) {
+        self.runs += later.runs;
+        self.requests += later.requests;
+        self.effects += later.effects;
+        self.transactional_effects += later.transactional_effects;
+        self.events += later.events;
+        self.extra.merge(&later.extra);
+        self.extra_transactional.merge(&later.extra_transactional);
+        self.extra_at_provider.merge(&later.extra_at_provider);
+        self.absorbed.merge(&later.absorbed);
+        self.stale_at_provider += later.stale_at_provider;
+        self.broker.merge(&later.broker);
+        self.exercised.merge(&later.exercised);
+        self.failing_seeds.extend_from_slice(&later.failing_seeds);
+        self.violation_count += later.violation_count;
+        for &(rule, count) in &later.by_rule {
+            match self.by_rule.iter_mut().find(|(seen, _)| *seen == rule) {
+                Some((_, total)) => *total += count,
+                None => self.by_rule.push((rule, count)),
+            }
+        }
+        let room = KEPT_VIOLATIONS.saturating_sub(self.violations.len());
+        self.violations
+            .extend(later.violations.iter().take(room).cloned());
+    }
+
     /// Extra transactional effects that a lease lost (expired, its holder crashed or
     /// paused past it, or its action dropped) would explain: zero when every write that
     /// commits with the record commits once (`T1`).
@@ -150,6 +184,77 @@ pub fn explore(
         progress(seed);
     }
     Ok(summary)
+}
+
+/// Seeds a worker of [`explore_in_parallel`] takes at a time.
+const CHUNK: u64 = 256;
+
+/// Runs seeds `from..from + seeds` on `jobs` threads and gives the same summary as
+/// [`explore`] (each seed's run is its own, and the ranges' summaries are appended in seed
+/// order), so a failing seed and the printed summary do not depend on `jobs`. `progress` is
+/// called on the calling thread with how many seeds have finished, as blocks of seeds finish.
+pub fn explore_in_parallel(
+    from: u64,
+    seeds: u64,
+    config: &Config,
+    jobs: NonZeroUsize,
+    mut progress: impl FnMut(u64),
+) -> Result<Summary, PlanError> {
+    let end = from.saturating_add(seeds);
+    let chunks = (end - from).div_ceil(CHUNK);
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let (sender, receiver) = mpsc::channel::<(u64, Result<Summary, PlanError>)>();
+    thread::scope(|scope| {
+        for _ in 0..jobs
+            .get()
+            .min(usize::try_from(chunks).unwrap_or(usize::MAX))
+        {
+            let sender = sender.clone();
+            let (next, stop) = (&next, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let chunk = next.fetch_add(1, Ordering::Relaxed);
+                    if chunk >= chunks {
+                        break;
+                    }
+                    let start = from + chunk * CHUNK;
+                    let count = CHUNK.min(end - start);
+                    let result = explore(start, count, config, |_| {});
+                    if result.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    if sender.send((chunk, result)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(sender);
+        // Chunks arrive in any order; they are appended in seed order as soon as every
+        // earlier one is in, so at most the chunks in flight wait here.
+        let mut summary = Summary::default();
+        let mut waiting = BTreeMap::new();
+        let mut appended = 0;
+        let mut finished = 0;
+        for (chunk, result) in receiver {
+            if let Ok(part) = &result {
+                finished += part.runs;
+                progress(finished);
+            }
+            waiting.insert(chunk, result);
+            while let Some(result) = waiting.remove(&appended) {
+                summary.append(&result?);
+                appended += 1;
+            }
+        }
+        // A worker stopped by a plan error leaves later chunks unrun: the first error in
+        // seed order is the answer.
+        match waiting.into_values().find_map(Result::err) {
+            Some(err) => Err(err),
+            None => Ok(summary),
+        }
+    })
 }
 
 impl fmt::Display for Summary {

@@ -50,7 +50,7 @@ mod rng;
 mod table;
 mod world;
 
-pub use explore::{Config, Summary, explore, run_plan, run_seed};
+pub use explore::{Config, Summary, explore, explore_in_parallel, run_plan, run_seed};
 pub use faults::{Exercised, ExercisedCounts, FaultKind, Faults};
 pub use idem_check::{
     Cause, CauseCounts, Charge, Class, Provider, Rule, Tally, UnknownName, Variant, Violation,

@@ -11,7 +11,7 @@ use clap::error::ErrorKind;
 use idem_sim::Config;
 
 use cli::{Command, parse, usage_error};
-use commands::{replay, run_explore, table};
+use commands::{default_jobs, replay, run_explore, table};
 
 /// Seeds explored by the main job (no arguments): under a second in a release build.
 const MAIN_SEEDS: u64 = 10_000;
@@ -43,12 +43,13 @@ fn main() -> ExitCode {
             from,
             seeds,
             config,
-        } => run_explore(from, seeds, &config),
+            jobs,
+        } => run_explore(from, seeds, &config, jobs.unwrap_or_else(default_jobs)),
         Command::Replay { seed, config } => replay(seed, &config),
         Command::Main => {
             let table_ok = table(false);
             println!();
-            run_explore(0, MAIN_SEEDS, &Config::default()) && table_ok
+            run_explore(0, MAIN_SEEDS, &Config::default(), default_jobs()) && table_ok
         }
     };
     if ok {

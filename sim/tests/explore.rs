@@ -355,3 +355,37 @@ fn heavy_contention_on_one_key_holds_every_check() {
         "{summary}"
     );
 }
+
+/// Seeds run on several threads give the summary one thread gives, violations, their order
+/// and the failing seeds included: a broken store, so there are violations to keep in order,
+/// over more seeds than one thread's block and a last block cut short.
+#[test]
+fn threads_change_nothing_in_the_summary() {
+    use std::num::NonZeroUsize;
+
+    use idem_sim::{Variant, explore_in_parallel};
+
+    let broken = Config {
+        variant: Variant::CompleteWithoutOwnerCheck,
+        ..Config::default()
+    };
+    for config in [Config::default(), broken] {
+        let alone = explore(3, 1_300, &config, |_| {}).unwrap();
+        let mut reported = Vec::new();
+        let threads = NonZeroUsize::new(3).unwrap();
+        let together =
+            explore_in_parallel(3, 1_300, &config, threads, |done| reported.push(done)).unwrap();
+        assert_eq!(together.to_string(), alone.to_string());
+        assert_eq!(together.failing_seeds, alone.failing_seeds);
+        assert_eq!(together.violation_count, alone.violation_count);
+        assert_eq!(together.by_rule, alone.by_rule);
+        assert!(
+            reported.windows(2).all(|pair| pair[0] < pair[1]),
+            "{reported:?}"
+        );
+        assert_eq!(reported.last(), Some(&1_300));
+        if config.variant != Variant::Correct {
+            assert!(together.failing_seeds.len() > 1, "{together}");
+        }
+    }
+}
