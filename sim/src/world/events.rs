@@ -1,7 +1,8 @@
 //! The event queue: what happens next, on simulated milliseconds, ordered by (time,
 //! sequence), and what comes back to a caller for one command.
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use idem_core::{Command, Reply};
 
@@ -83,27 +84,47 @@ pub(super) enum Answer {
     Corrupt,
 }
 
-#[derive(Debug)]
-pub(super) struct Queued {
-    pub(super) at: u64,
-    pub(super) seq: u64,
-    pub(super) event: Event,
+/// The events still to happen. The heap orders small keys (time, sequence, slot) and the
+/// events wait in slots beside it, so a push or pop moves a few words, not an event: the
+/// order is (time, sequence) either way, and sequences are unique, so runs are unchanged.
+#[derive(Debug, Default)]
+pub(super) struct Queue {
+    order: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    slots: Vec<Option<Event>>,
+    free: Vec<usize>,
 }
 
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+impl Queue {
+    pub(super) fn with_capacity(capacity: usize) -> Self {
+        Self {
+            order: BinaryHeap::with_capacity(capacity),
+            slots: Vec::with_capacity(capacity),
+            free: Vec::new(),
+        }
     }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+
+    /// Queues `event` at simulated time `at`, after every event queued before it at `at`
+    /// (`seq` grows with each push).
+    pub(super) fn push(&mut self, at: u64, seq: u64, event: Event) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(event);
+                slot
+            }
+            None => {
+                self.slots.push(Some(event));
+                self.slots.len() - 1
+            }
+        };
+        self.order.push(Reverse((at, seq, slot)));
     }
-}
-impl Ord for Queued {
-    // Reversed: the heap pops the earliest (time, sequence) first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
+
+    /// The earliest event and its time.
+    pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
+        let Reverse((at, _, slot)) = self.order.pop()?;
+        // Every key in the heap names a slot its push filled, and only this pop empties it.
+        let event = self.slots.get_mut(slot).and_then(Option::take)?;
+        self.free.push(slot);
+        Some((at, event))
     }
 }

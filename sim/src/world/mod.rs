@@ -4,7 +4,6 @@
 //! down as it happens, in `idem_check`'s [`History`] (every event stamped with the store's
 //! clock), and judged at its end by `idem_check`'s judge of MODEL.md's rules.
 
-use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
 use idem_check::{EventKind, History, KeySpec, Provider, Variant};
@@ -18,6 +17,9 @@ use crate::rng::SimRng;
 /// A run that processes more events than this is stuck (a livelock): every attempt still
 /// going is written down as stuck, which breaks the rule "liveness".
 const EVENT_BUDGET: u64 = 2_000_000;
+
+/// History events a run has room for from its start.
+const HISTORY_RESERVED: usize = 1_024;
 
 macro_rules! trace {
     ($world:expr, $($arg:tt)*) => {
@@ -36,7 +38,7 @@ mod store_node;
 mod worker;
 
 use broker::Held;
-use events::{Event, Queued};
+use events::{Event, Queue};
 use store_node::storage_slots;
 use worker::{Client, Worker};
 
@@ -47,7 +49,7 @@ pub(crate) struct World<'p> {
     rng: SimRng,
     now: u64,
     seq: u64,
-    queue: BinaryHeap<Queued>,
+    queue: Queue,
     /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
     /// Whether a storage slot still holds the value that is not a record it started with.
@@ -87,7 +89,7 @@ impl<'p> World<'p> {
             rng,
             now: 0,
             seq: 0,
-            queue: BinaryHeap::with_capacity(64),
+            queue: Queue::with_capacity(64),
             records: vec![None; plan.slots.len()],
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
@@ -101,7 +103,12 @@ impl<'p> World<'p> {
                 responses: vec![Vec::new(); plan.clients.len()],
                 ..RunReport::default()
             },
-            history: History::default(),
+            // Room for a typical run's events (about 700 at the default shape), so the history
+            // is not copied as it grows.
+            history: History {
+                events: Vec::with_capacity(HISTORY_RESERVED),
+                ..History::default()
+            },
             trace: trace.then(String::new),
             budget: EVENT_BUDGET,
             writes: 0,
@@ -235,7 +242,7 @@ impl<'p> World<'p> {
 
     /// Runs to the end and checks what is left to check.
     pub(crate) fn run(mut self) -> RunReport {
-        while let Some(Queued { at, event, .. }) = self.queue.pop() {
+        while let Some((at, event)) = self.queue.pop() {
             self.now = at;
             self.report.events += 1;
             if self.report.events > self.budget {
@@ -254,11 +261,7 @@ impl<'p> World<'p> {
 
     fn at(&mut self, at: u64, event: Event) {
         self.seq += 1;
-        self.queue.push(Queued {
-            at,
-            seq: self.seq,
-            event,
-        });
+        self.queue.push(at, self.seq, event);
     }
 
     /// Writes down what happened to `worker`'s attempt, now.
