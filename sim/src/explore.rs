@@ -93,35 +93,40 @@ pub struct Summary {
 impl Summary {
     /// Adds one run.
     pub fn add(&mut self, report: &RunReport) {
-        self.runs += 1;
-        self.requests += report.requests;
-        self.effects += report.effects;
-        self.transactional_effects += report.transactional_effects;
-        self.events += report.events;
-        self.extra.merge(&report.extra);
-        self.extra_transactional.merge(&report.extra_transactional);
-        self.extra_at_provider.merge(&report.extra_at_provider);
-        self.absorbed.merge(&report.absorbed);
-        self.stale_at_provider += report.stale_at_provider;
-        self.broker.merge(&report.broker);
-        self.exercised.merge(&report.exercised);
-        if !report.violations.is_empty() {
-            self.failing_seeds.push(report.seed);
-            self.violation_count += report.violations.len() as u64;
-            for violation in &report.violations {
-                match self
-                    .by_rule
-                    .iter_mut()
-                    .find(|(rule, _)| *rule == violation.rule)
-                {
-                    Some((_, count)) => *count += 1,
-                    None => self.by_rule.push((violation.rule, 1)),
-                }
-                if self.violations.len() < KEPT_VIOLATIONS {
-                    self.violations.push((report.seed, violation.clone()));
-                }
+        let mut by_rule: Vec<(Rule, u64)> = Vec::new();
+        for violation in &report.violations {
+            match by_rule.iter_mut().find(|(rule, _)| *rule == violation.rule) {
+                Some((_, count)) => *count += 1,
+                None => by_rule.push((violation.rule, 1)),
             }
         }
+        self.append(&Summary {
+            runs: 1,
+            requests: report.requests,
+            effects: report.effects,
+            transactional_effects: report.transactional_effects,
+            events: report.events,
+            extra: report.extra,
+            extra_transactional: report.extra_transactional,
+            extra_at_provider: report.extra_at_provider,
+            absorbed: report.absorbed,
+            stale_at_provider: report.stale_at_provider,
+            broker: report.broker.clone(),
+            exercised: report.exercised,
+            failing_seeds: if report.violations.is_empty() {
+                Vec::new()
+            } else {
+                vec![report.seed]
+            },
+            violation_count: report.violations.len() as u64,
+            violations: report
+                .violations
+                .iter()
+                .take(KEPT_VIOLATIONS)
+                .map(|violation| (report.seed, violation.clone()))
+                .collect(),
+            by_rule,
+        });
     }
 }
 
