@@ -48,7 +48,7 @@ pub(crate) enum Sub {
         /// The first seed
         #[arg(long, value_name = "S", default_value_t = 0)]
         from: u64,
-        /// Threads to run seeds on (default: one per core); the summary is the same for any
+        /// Threads to run seeds on (default: one per core); the summary is the same for any number
         #[arg(long, value_name = "N")]
         jobs: Option<NonZeroUsize>,
         #[command(flatten)]

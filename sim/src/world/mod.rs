@@ -18,7 +18,8 @@ use crate::rng::SimRng;
 /// going is written down as stuck, which breaks the rule "liveness".
 const EVENT_BUDGET: u64 = 2_000_000;
 
-/// History events a run has room for from its start.
+/// History events a run has room for from its start: a run at the default shape writes about
+/// 700, so its history is not copied as it grows.
 const HISTORY_RESERVED: usize = 1_024;
 
 macro_rules! trace {
@@ -103,8 +104,6 @@ impl<'p> World<'p> {
                 responses: vec![Vec::new(); plan.clients.len()],
                 ..RunReport::default()
             },
-            // Room for a typical run's events (about 700 at the default shape), so the history
-            // is not copied as it grows.
             history: History {
                 events: Vec::with_capacity(HISTORY_RESERVED),
                 ..History::default()
