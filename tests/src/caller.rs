@@ -161,14 +161,14 @@ impl CallerPlan {
     /// The caller's clock when the store's reads `store`: its own epoch
     /// ([`CALLER_EPOCH_MS`] after the store's), plus its skew. The two clocks are never
     /// mixed (MODEL.md, "Time"), so a wrong mix shows up as a violation.
-    fn caller_clock(&self, store: u64) -> u64 {
+    pub fn caller_clock(&self, store: u64) -> u64 {
         store
             .saturating_add(CALLER_EPOCH_MS)
             .saturating_add_signed(self.skew_ms)
     }
 
     /// The store's clock when the caller's reads `caller`.
-    fn store_clock(&self, caller: u64) -> u64 {
+    pub fn store_clock(&self, caller: u64) -> u64 {
         caller
             .saturating_sub(CALLER_EPOCH_MS)
             .saturating_add_signed(self.skew_ms.saturating_neg())

@@ -32,6 +32,7 @@
 pub mod admin;
 pub mod caller;
 pub mod coverage;
+pub mod exhaustive;
 pub mod model_check;
 #[cfg(feature = "mysql")]
 pub mod mysql;

@@ -96,7 +96,7 @@ impl Delivery {
 }
 
 /// The shared state of one run.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct World {
     variant: Variant,
     records: Vec<Option<Record>>,
