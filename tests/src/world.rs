@@ -106,6 +106,11 @@ pub struct World {
     corrupt: Vec<bool>,
     /// Where each caller's attempts start among the history's attempts.
     first_attempt: Vec<usize>,
+    /// Each attempt's transactional writes not yet committed or rolled back (MODEL.md,
+    /// "Effects that commit with the record"), by the history's index.
+    written: Vec<Option<String>>,
+    /// Transactional writes made so far (their ids are `tx_N`).
+    writes: usize,
     history: History,
 }
 
@@ -138,6 +143,8 @@ impl World {
         }
         Self {
             variant,
+            written: vec![None; history.attempts.len()],
+            writes: 0,
             records: vec![None; keys],
             fences: vec![idem_core::FenceCounter::default(); keys],
             corrupt: (0..keys).map(|key| corrupt.contains(&key)).collect(),
@@ -168,6 +175,7 @@ impl World {
         taken: bool,
     ) -> Answer {
         let index = self.who(who);
+        let complete = matches!(command, Command::Complete { .. });
         let before = self.records.get(key).cloned().flatten();
         let now = Timestamp::from_millis(if self.variant.judges_by_caller_clock() {
             sender_now
@@ -211,6 +219,14 @@ impl World {
                 after,
             },
         );
+        // A transactional action's writes commit with its complete, at this very step, if
+        // the store recorded its result (or the variant says so); else they roll back.
+        if let (true, Answer::Reply(reply)) = (complete, &answer)
+            && self.variant.commits(reply)
+            && let Some(id) = self.written.get_mut(index).and_then(Option::take)
+        {
+            self.history.commit(store_now, index, id);
+        }
         if taken {
             let received = delivery.received(&answer);
             self.history
@@ -231,6 +247,20 @@ impl World {
     pub fn charge(&mut self, who: AttemptId, now: u64) -> Vec<u8> {
         let index = self.who(who);
         self.history.charge(now, index).as_bytes().to_vec()
+    }
+
+    /// The transactional action of `who` makes its writes at `now`, uncommitted; returns
+    /// their id, which is also the action's value.
+    pub fn wrote(&mut self, who: AttemptId, now: u64) -> String {
+        let index = self.who(who);
+        self.writes += 1;
+        let id = format!("tx_{}", self.writes);
+        if let Some(slot) = self.written.get_mut(index) {
+            *slot = Some(id.clone());
+        }
+        self.history
+            .push(now, index, EventKind::Wrote { id: id.clone() });
+        id
     }
 
     /// Records something that is not a store step or a charge.

@@ -4,7 +4,7 @@
 //! shortest counterexample the model has, printed as the judge's story.
 
 use idem_tests::exhaustive::Model;
-use idem_tests::{Rule, Scenario, Variant};
+use idem_tests::{Coverage, Rule, Variant};
 
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
@@ -14,6 +14,8 @@ fn threads() -> usize {
 fn every_run_of_two_callers_passes_the_judge() {
     let models = Model::correct(2).expect("model options are valid");
     let mut states = 0;
+    let mut coverage = Coverage::default();
+    let (mut paused, mut committed) = (0, 0);
     for model in models {
         let report = model.check(threads());
         println!("{report}");
@@ -24,8 +26,18 @@ fn every_run_of_two_callers_passes_the_judge() {
         assert!(report.walked.runs > 1, "{report}");
         assert!(report.walked.depth >= 8, "{report}");
         states += report.walked.states;
+        coverage.add(&report.walked.coverage);
+        paused += report.walked.paused;
+        committed += report.walked.committed;
     }
-    println!("two callers: {states} states");
+    println!("two callers: {states} states; {coverage}; paused {paused}, committed {committed}");
+    // The runs reached every path the model is about: nothing passed because nothing
+    // happened.
+    assert_eq!(coverage.missing(), Vec::<&str>::new(), "{coverage}");
+    assert!(
+        paused > 0 && committed > 0,
+        "paused {paused}, committed {committed}"
+    );
 }
 
 fn caught(variant: Variant, expected: &[Rule]) -> usize {
@@ -47,7 +59,7 @@ fn caught(variant: Variant, expected: &[Rule]) -> usize {
 #[test]
 fn the_correct_store_passes_every_exposing_model() {
     for variant in Variant::ALL {
-        if !Scenario::can_expose(variant) {
+        if !Model::can_expose(variant) {
             continue;
         }
         let model = Model::exposing(variant).expect("model options are valid");
@@ -65,7 +77,7 @@ fn the_correct_store_passes_every_exposing_model() {
 
 /// Every broken variant this harness can show, with the rules its counterexample may break
 /// (loom's, `loom_finds.rs`, and any the shortest run breaks first).
-const CAUGHT: [(Variant, &[Rule]); 18] = [
+const CAUGHT: [(Variant, &[Rule]); 19] = [
     (
         Variant::ResultCache,
         &[Rule::I7, Rule::LeaseView, Rule::I7ReportedHonestly],
@@ -96,6 +108,10 @@ const CAUGHT: [(Variant, &[Rule]); 18] = [
     (Variant::PanicReleases, &[Rule::PanicIsOutcomeUnknown]),
     (Variant::CorruptFailsOpen, &[Rule::CorruptRecordRunsNothing]),
     (Variant::FenceReusedAfterTakeover, &[Rule::FenceIncreasing]),
+    (
+        Variant::CommitWithoutOwnerCheck,
+        &[Rule::TransactionalEffectOnce],
+    ),
 ];
 
 #[test]
@@ -104,7 +120,7 @@ fn every_broken_variant_is_caught_with_its_shortest_counterexample() {
         caught(variant, rules);
     }
     // The table names every variant a scenario of this harness can show.
-    for variant in Variant::broken().filter(|v| Scenario::can_expose(*v)) {
+    for variant in Variant::broken().filter(|v| Model::can_expose(*v)) {
         assert!(
             CAUGHT.iter().any(|(listed, _)| *listed == variant),
             "{} is not in the table",

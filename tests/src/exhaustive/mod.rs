@@ -51,6 +51,9 @@ pub struct Model {
     pub corrupt: bool,
     /// The faults each run may use.
     pub budget: Budget,
+    /// Whether the actions' effects are writes that commit with the record (MODEL.md,
+    /// "Effects that commit with the record").
+    pub transactional: bool,
 }
 
 impl Model {
@@ -64,6 +67,7 @@ impl Model {
             &self.callers,
             self.budget,
             PAUSE_MS,
+            self.transactional,
         )
     }
 
@@ -83,8 +87,17 @@ impl Model {
     /// shuttle's scenario for it ([`Scenario::exposing`]), with one store fault, one crash
     /// and one pause (which is how a lease runs out here: the clock moves only at the
     /// callers' own instants).
+    ///
+    /// A transactional store's variant (`commit-without-owner-check`) gets the correct
+    /// store's callers with transactional actions: the holder paused past its lease commits
+    /// its writes although another caller took the key over and committed its own.
     pub fn exposing(variant: Variant) -> Result<Self, OptionsError> {
-        let scenario = Scenario::exposing(variant)?;
+        let transactional = variant == Variant::CommitWithoutOwnerCheck;
+        let scenario = Scenario::exposing(if transactional {
+            Variant::Correct
+        } else {
+            variant
+        })?;
         Ok(Self {
             name: variant.name().to_owned(),
             variant,
@@ -95,7 +108,17 @@ impl Model {
                 crashes: 1,
                 pauses: 1,
             },
+            transactional,
         })
+    }
+
+    /// Whether [`Model::exposing`] can show `variant`'s bug: those of loom's and shuttle's
+    /// scenarios ([`Scenario::can_expose`]) and the transactional store's. Not the driver's
+    /// read after a lost commit reply (`absent-commit-rolled-back`), which needs an insert that
+    /// commits after the read: here a command that hangs lands at the latest when its
+    /// attempt gives it up, before the read is sent (the simulation's late commits show it).
+    pub fn can_expose(variant: Variant) -> bool {
+        Scenario::can_expose(variant) || variant == Variant::CommitWithoutOwnerCheck
     }
 
     /// The models of `callers` callers (2 or 3) on one key against the correct store: each
@@ -133,9 +156,10 @@ impl Model {
         ];
         let mut models = Vec::new();
         for (what, actions) in holders {
-            for (policy, options) in [
-                ("wait, fail-closed", &wait_closed),
-                ("wait, fail-open", &wait_open),
+            for (policy, options, transactional) in [
+                ("wait, fail-closed", &wait_closed, false),
+                ("wait, fail-open", &wait_open, false),
+                ("wait, fail-closed, transactional", &wait_closed, true),
             ] {
                 let mut plans = vec![caller(0, options, actions)];
                 plans.extend((1..callers).map(|_| caller(0, options, &[Action::Succeed])));
@@ -145,6 +169,7 @@ impl Model {
                     callers: plans,
                     corrupt: false,
                     budget,
+                    transactional,
                 });
             }
         }
@@ -156,6 +181,7 @@ impl Model {
             callers: plans,
             corrupt: false,
             budget,
+            transactional: false,
         });
         let mut plans: Vec<CallerPlan> = (0..callers)
             .map(|_| caller(0, &wait_open, &[Action::Succeed]))
@@ -169,6 +195,7 @@ impl Model {
             callers: plans,
             corrupt: true,
             budget,
+            transactional: false,
         });
         Ok(models)
     }

@@ -24,7 +24,7 @@
 //! lands at the latest instant it can.
 
 use idem_check::{ActionEnd, Answer, EventKind, Variant};
-use idem_core::record::CommandKind;
+use idem_core::record::{CommandKind, Reply};
 use idem_core::{
     Abandonment, ActionResult, Attempt, Body, Command, Key, LeaseState, Operation, Outcome, Step,
     Timestamp,
@@ -129,6 +129,8 @@ struct Caller {
 #[derive(Debug, Clone)]
 pub struct State {
     variant: Variant,
+    /// Whether the callers' actions are transactional: writes that commit with the record.
+    transactional: bool,
     world: World,
     now: u64,
     callers: Vec<Caller>,
@@ -155,9 +157,9 @@ fn action_end(result: &ActionResult) -> ActionEnd {
 }
 
 impl Caller {
-    fn new(plan: CallerPlan, id: AttemptId, store_now: u64) -> Self {
+    fn new(plan: CallerPlan, id: AttemptId, store_now: u64, transactional: bool) -> Self {
         let (operation, key) = key_and_operation(&plan);
-        let attempt = Attempt::new(
+        let mut attempt = Attempt::new(
             operation,
             key,
             plan.fingerprint(),
@@ -166,6 +168,9 @@ impl Caller {
             plan.options.clone(),
             Timestamp::from_millis(plan.caller_clock(store_now)),
         );
+        if transactional {
+            attempt = attempt.in_transaction();
+        }
         let index = usize::try_from(id.attempt).unwrap_or(usize::MAX);
         let action = plan
             .actions
@@ -218,7 +223,7 @@ impl Caller {
 impl State {
     /// The first state of a run of `callers` on `keys` keys (those in `corrupt` holding a
     /// value that is not a record) against `variant`, with `budget` of faults and pauses of
-    /// `pause_ms`.
+    /// `pause_ms`; the actions make writes that commit with the record when `transactional`.
     pub fn new(
         variant: Variant,
         keys: usize,
@@ -226,25 +231,36 @@ impl State {
         callers: &[CallerPlan],
         budget: Budget,
         pause_ms: u64,
+        transactional: bool,
     ) -> Self {
         let mut state = Self {
             variant,
+            transactional,
             world: World::new(variant, keys, corrupt, callers),
             now: 0,
             callers: callers
                 .iter()
                 .enumerate()
                 .map(|(caller, plan)| {
-                    Caller::new(plan.clone(), AttemptId { caller, attempt: 0 }, 0)
+                    let id = AttemptId { caller, attempt: 0 };
+                    Caller::new(plan.clone(), id, 0, transactional)
                 })
                 .collect(),
             budget,
             pause_ms,
         };
         for caller in 0..state.callers.len() {
+            state.started(caller);
             state.advance(caller);
         }
         state
+    }
+
+    /// A caller's attempt has started: a transactional one says so before anything else.
+    fn started(&mut self, caller: usize) {
+        if self.transactional {
+            self.note(caller, EventKind::Transactional);
+        }
     }
 
     /// The run written so far.
@@ -371,7 +387,8 @@ impl State {
         let attempt = c.id.attempt + 1;
         if retry && attempt < c.plan.attempts.max(1) {
             let id = AttemptId { caller, attempt };
-            *c = Caller::new(c.plan.clone(), id, now);
+            *c = Caller::new(c.plan.clone(), id, now, self.transactional);
+            self.started(caller);
         } else {
             c.next = Next::Gone;
         }
@@ -404,6 +421,12 @@ impl State {
         };
         let at = c.caller_now(now);
         let fed = match (delivery, answer) {
+            (Delivery::Normal, Answer::Reply(Reply::Read(read))) => {
+                // Only a transactional attempt reads, to learn whether its commit landed.
+                let (owner, fingerprint) = (c.attempt.owner(), c.attempt.fingerprint());
+                let read = variant.fed_commit_read(read, owner, fingerprint, at);
+                c.attempt.handle_reply(Reply::Read(read), at)
+            }
             (Delivery::Normal, Answer::Reply(reply)) => c.attempt.handle_reply(reply, at),
             (Delivery::Normal, Answer::Corrupt) if !variant.feeds_corrupt_as_store_error() => {
                 c.attempt.handle_corrupt_record(at)
@@ -524,7 +547,16 @@ impl State {
                 let unprotected = c.attempt.lease(at) == LeaseState::Unprotected;
                 let (who, action, wakeups) = (c.id, c.action, c.plan.action_wakeups);
                 self.world.note(who, now, EventKind::Run { unprotected });
-                let charge = |world: &mut World| Body::new(world.charge(who, now));
+                // A transactional action's effect is its writes, uncommitted until its
+                // complete records the result; any other's is a charge.
+                let transactional = self.transactional;
+                let charge = |world: &mut World| {
+                    if transactional {
+                        Body::new(world.wrote(who, now))
+                    } else {
+                        Body::new(world.charge(who, now))
+                    }
+                };
                 let end = match action {
                     Action::Succeed | Action::AbandonMidReserve => Some(End::Result(
                         ActionResult::Succeeded(charge(&mut self.world)),

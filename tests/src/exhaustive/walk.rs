@@ -14,9 +14,10 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem_check::{Counterexample, check_run};
+use idem_check::{Counterexample, EventKind, check_run};
 
 use super::state::{Choice, State};
+use crate::coverage::Coverage;
 
 /// What a walk saw.
 #[derive(Debug, Default)]
@@ -29,6 +30,12 @@ pub struct Walked {
     pub depth: usize,
     /// The most events in one run's history.
     pub events: usize,
+    /// What the runs exercised, summed.
+    pub coverage: Coverage,
+    /// Runs in which a holder paused (the coverage does not count pauses).
+    pub paused: u64,
+    /// Runs in which a transactional action's writes committed with the record.
+    pub committed: u64,
     /// The shortest run the judge found a violation in, and its place in the tree's order.
     pub counterexample: Option<(Vec<usize>, Box<Counterexample>)>,
 }
@@ -40,6 +47,9 @@ impl Walked {
         self.runs += other.runs;
         self.depth = self.depth.max(other.depth);
         self.events = self.events.max(other.events);
+        self.coverage.add(&other.coverage);
+        self.paused += other.paused;
+        self.committed += other.committed;
         if let Some((place, found)) = other.counterexample {
             self.keep(place, found);
         }
@@ -152,8 +162,13 @@ pub fn walk(first: State, threads: usize) -> Walked {
 /// Judges a run that ended.
 fn finish(walked: &mut Walked, place: Vec<usize>, state: &State, bound: &Bound) {
     walked.runs += 1;
-    let events = state.history().events.len();
+    let history = state.history();
+    let events = history.events.len();
     walked.events = walked.events.max(events);
+    walked.coverage.add(&Coverage::of(history));
+    let happened = |what: fn(&EventKind) -> bool| history.events.iter().any(|e| what(&e.kind));
+    walked.paused += u64::from(happened(|kind| matches!(kind, EventKind::Paused { .. })));
+    walked.committed += u64::from(happened(|kind| matches!(kind, EventKind::Committed { .. })));
     if let Err(found) = check_run(state.history()) {
         bound.lower(events);
         walked.keep(place, found);
