@@ -128,3 +128,33 @@ fn every_broken_variant_is_caught_with_its_shortest_counterexample() {
         );
     }
 }
+
+#[test]
+fn the_walk_finds_the_same_on_any_number_of_threads() {
+    // A correct model: the same counts and the same coverage, whoever walked which subtree.
+    let models = Model::correct(2).expect("model options are valid");
+    let model = models
+        .into_iter()
+        .find(|m| m.name.contains("succeed; wait, fail-open"))
+        .expect("the model exists");
+    let one = model.check(1);
+    let three = model.check(3);
+    assert_eq!(
+        (one.walked.states, one.walked.runs, one.walked.depth),
+        (three.walked.states, three.walked.runs, three.walked.depth)
+    );
+    assert_eq!(one.walked.coverage, three.walked.coverage);
+    // A broken one: the same shortest counterexample, the first of the shortest in the
+    // tree's order.
+    let model = Model::exposing(Variant::CompleteWithoutOwnerCheck).expect("valid options");
+    let (one, three) = (model.check(1), model.check(3));
+    let history = |report: &idem_tests::exhaustive::Report| {
+        report
+            .walked
+            .counterexample
+            .as_ref()
+            .map(|(_, found)| found.history.clone())
+    };
+    assert!(history(&one).is_some());
+    assert_eq!(history(&one), history(&three));
+}
