@@ -158,6 +158,7 @@ fn record(
 
 /// The columns `put` writes for `record`, after the key: state, owner, fingerprint, body,
 /// expires_at, fence. `None` if the deadline does not fit the column.
+#[derive(Debug)]
 pub(crate) struct Columns {
     pub(crate) state: i64,
     pub(crate) owner: Vec<u8>,
@@ -208,5 +209,132 @@ impl Columns {
                 }
             }
         })
+    }
+}
+
+/// The row codec on any column values: decoding never panics, a row it reads is exactly the
+/// row `put` writes for that record ([`Columns::of`]), and every record reads back as itself.
+#[cfg(test)]
+mod codec {
+    use idem_core::record::{Body, Record, StoredResult};
+    use idem_core::{Fence, Fingerprint, OwnerToken, Timestamp};
+    use proptest::prelude::*;
+
+    use super::{Columns, record};
+
+    fn read(columns: &Columns) -> Result<Record, String> {
+        record(
+            columns.state,
+            &columns.owner,
+            &columns.fingerprint,
+            columns.body.clone(),
+            columns.expires_at,
+            columns.fence,
+        )
+    }
+
+    /// The columns, by reference: state, owner, fingerprint, body, expires_at, fence.
+    type Fields<'a> = (i64, &'a [u8], &'a [u8], Option<&'a [u8]>, i64, Option<i64>);
+
+    fn fields(c: &Columns) -> Fields<'_> {
+        (
+            c.state,
+            &c.owner,
+            &c.fingerprint,
+            c.body.as_deref(),
+            c.expires_at,
+            c.fence,
+        )
+    }
+
+    fn bytes(len: usize) -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), len..=len),
+            proptest::collection::vec(any::<u8>(), 0..40),
+        ]
+    }
+
+    fn any_columns() -> impl Strategy<Value = Columns> {
+        (
+            prop_oneof![(-1i64..6), any::<i64>()],
+            bytes(16),
+            bytes(32),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+            prop_oneof![any::<i64>(), (0i64..1 << 50)],
+            prop_oneof![
+                Just(None),
+                any::<i64>().prop_map(Some),
+                (-2i64..4).prop_map(Some)
+            ],
+        )
+            .prop_map(
+                |(state, owner, fingerprint, body, expires_at, fence)| Columns {
+                    state,
+                    owner,
+                    fingerprint,
+                    body,
+                    expires_at,
+                    fence,
+                },
+            )
+    }
+
+    fn any_record() -> impl Strategy<Value = Record> {
+        (
+            any::<[u8; 16]>(),
+            any::<[u8; 32]>(),
+            0u64..(1 << 62),
+            0u8..4,
+            proptest::option::of(1u64..=i64::MAX as u64),
+            proptest::collection::vec(any::<u8>(), 0..40),
+        )
+            .prop_map(|(owner, fingerprint, deadline, kind, fence, body)| {
+                let (owner, fingerprint) = (
+                    OwnerToken::from_bytes(owner),
+                    Fingerprint::from_bytes(fingerprint),
+                );
+                let deadline = Timestamp::from_millis(deadline);
+                let completed = |result| Record::Completed {
+                    owner,
+                    fingerprint,
+                    result,
+                    expires_at: deadline,
+                };
+                match kind {
+                    0 => Record::Pending {
+                        owner,
+                        fingerprint,
+                        lease_until: deadline,
+                        fence: fence.and_then(Fence::new),
+                    },
+                    1 => completed(StoredResult::Value(Body::new(body))),
+                    2 => completed(StoredResult::NotStored),
+                    _ => completed(StoredResult::Panicked),
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_096))]
+
+        #[test]
+        fn a_row_read_as_a_record_is_that_records_row(row in any_columns()) {
+            if let Ok(record) = read(&row) {
+                let written = Columns::of(&record).map_err(|deadline| format!("{deadline}"));
+                prop_assert!(written.is_ok());
+                if let Ok(written) = written {
+                    prop_assert_eq!(fields(&written), fields(&row), "read as {:?}", record);
+                }
+            }
+        }
+
+        #[test]
+        fn every_record_reads_back_as_itself(record in any_record()) {
+            let columns = Columns::of(&record).map_err(|deadline| format!("{deadline}"));
+            prop_assert!(columns.is_ok());
+            if let Ok(columns) = columns {
+                prop_assert_eq!(read(&columns), Ok(record));
+            }
+        }
     }
 }
