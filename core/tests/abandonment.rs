@@ -334,3 +334,129 @@ fn abandoning_twice_is_abandoning_once() {
     a.abandon(at(2));
     assert_eq!(format!("{a:?}"), format!("{once:?}"));
 }
+
+#[test]
+fn an_action_that_ended_while_a_renewal_was_out_keeps_its_lease_count_when_abandoned() {
+    let options = Options::default();
+    let mut store = None;
+    let mut a = running(options.clone(), &mut store);
+    // The first renewal leaves and is never answered; the action ends while it is out.
+    let renew_at = options.renew_every().as_millis() as u64;
+    let Step::Send {
+        command: Command::Renew { .. },
+        ..
+    } = a.poll(at(renew_at))
+    else {
+        panic!("expected a renewal")
+    };
+    a.handle_action_result(ActionResult::Succeeded(Body::new("ch_1")), at(renew_at + 1))
+        .unwrap();
+    // The caller goes away past the lease, and every complete of the settlement fails: the
+    // result may have landed after the confirmed lease ended, which the outcome must say
+    // (rule 5, I7), as it would had the caller stayed.
+    let mut now = options.lease().as_millis() as u64 + 1_000;
+    a.abandon(at(now));
+    let outcome = loop {
+        match a.poll(at(now)) {
+            Step::Send {
+                command: Command::Complete { .. },
+                ..
+            } => a.handle_store_error(at(now)).unwrap(),
+            Step::Wait { until: Some(until) } => now = until.as_millis(),
+            Step::Done(outcome) => break outcome,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert!(
+        matches!(outcome, Outcome::Executed(e) if e.record == Recording::Unknown && e.lease_lost),
+        "{outcome:?}"
+    );
+}
+
+/// Pumps an abandoned attempt against a store that never answers; returns how many commands
+/// it sent, and its outcome.
+fn settle_unanswered(a: &mut Attempt, mut now: u64) -> (usize, Outcome) {
+    let mut sent = 0;
+    loop {
+        match a.poll(at(now)) {
+            Step::Send { .. } => {
+                sent += 1;
+                a.handle_store_error(at(now)).unwrap();
+            }
+            Step::Wait { until: Some(until) } => now = until.as_millis(),
+            Step::Done(outcome) => return (sent, outcome),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_release_dropped_with_its_caller_counts_as_one_failed_try() {
+    let options = Options::builder().store_retries(1).build().unwrap();
+    let mut store = None;
+    let mut a = running(options, &mut store);
+    a.handle_action_result(ActionResult::Failed, at(3)).unwrap();
+    let Step::Send { command, .. } = a.poll(at(3)) else {
+        panic!("expected the release")
+    };
+    assert!(is_release(&command));
+    // The caller goes away while the release is out: that try is lost with it.
+    a.abandon(at(4));
+    let (sent, outcome) = settle_unanswered(&mut a, 4);
+    assert_eq!(sent, 1, "one retry is left of the attempt's one");
+    assert_eq!(outcome, Outcome::ActionFailed { released: false });
+}
+
+#[test]
+fn a_release_backing_off_when_its_caller_goes_away_keeps_its_backoff_and_its_count() {
+    let options = Options::builder().store_retries(2).build().unwrap();
+    let mut store = None;
+    let mut a = running(options, &mut store);
+    a.handle_action_result(ActionResult::Failed, at(3)).unwrap();
+    let Step::Send { .. } = a.poll(at(3)) else {
+        panic!("expected the release")
+    };
+    a.handle_store_error(at(3)).unwrap();
+    let Step::Wait {
+        until: Some(retry_at),
+    } = a.poll(at(3))
+    else {
+        panic!("expected a backoff before the retry")
+    };
+    assert!(retry_at > at(3));
+    // Nothing is out when the caller goes away: the settlement keeps the same schedule.
+    a.abandon(at(3));
+    assert_eq!(
+        a.poll(at(3)),
+        Step::Wait {
+            until: Some(retry_at)
+        }
+    );
+    let (sent, outcome) = settle_unanswered(&mut a, 3);
+    assert_eq!(sent, 2, "the two retries left");
+    assert_eq!(outcome, Outcome::ActionFailed { released: false });
+}
+
+#[test]
+fn a_fail_open_run_abandoned_before_its_action_releases_what_its_reserves_may_have_left() {
+    let options = Options::builder()
+        .on_store_failure(StoreFailurePolicy::FailOpen)
+        .store_retries(0)
+        .build()
+        .unwrap();
+    let mut store = None;
+    let mut a = attempt(options);
+    // The reserve landed; its reply was lost: the policy runs the action unprotected.
+    let Step::Send { command, .. } = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    let _ = apply(store.as_ref(), command, at(0)).apply_to(&mut store);
+    a.handle_store_error(at(0)).unwrap();
+    // The caller goes away before the action is handed out: no effect can have happened, so
+    // what the reserve may have left is released (rule 6), as after a fail-closed refusal.
+    a.abandon(at(1));
+    let (sent, outcome) = settle(&mut a, &mut store, 1);
+    assert!(sent.iter().all(is_release) && sent.len() == 1, "{sent:?}");
+    assert_eq!(outcome, Outcome::Abandoned(Abandonment::Settled));
+    assert_eq!(store, None);
+}

@@ -26,6 +26,8 @@ fn transactional(owner: u128, now: u64) -> Attempt {
 
 /// Reserves at `now` against `store` and hands the action out.
 fn running(owner: u128, store: &mut Option<Record>, now: u64) -> Attempt {
+    // An attempt is transactional only when its driver says so.
+    assert!(!common::attempt(owner, options(), now).is_transactional());
     let mut a = transactional(owner, now);
     assert!(a.is_transactional());
     let Step::Send { command, .. } = a.poll(at(now)) else {
@@ -323,4 +325,29 @@ fn only_a_refused_complete_or_our_own_reservation_read_back_is_rolled_back() {
     else {
         panic!("expected the release")
     };
+}
+
+#[test]
+fn the_read_after_a_lost_commit_reply_waits_out_the_backoff() {
+    let mut store = None;
+    let mut a = running(1, &mut store, 0);
+    a.handle_action_result(ActionResult::Succeeded(Body::new("order-1")), at(10))
+        .unwrap();
+    let Step::Send { .. } = a.poll(at(10)) else {
+        panic!("expected the complete")
+    };
+    a.handle_store_error(at(10)).unwrap();
+    // Not at once: a store that just failed is given the attempt's backoff, as for any
+    // retry, before it is asked what became of the commit.
+    let Step::Wait {
+        until: Some(read_at),
+    } = a.poll(at(10))
+    else {
+        panic!("expected a wait before the read")
+    };
+    assert!(read_at > at(10), "{read_at:?}");
+    let Step::Send { command, .. } = a.poll(read_at) else {
+        panic!("expected the read")
+    };
+    assert_eq!(command.kind(), idem_core::CommandKind::Read);
 }

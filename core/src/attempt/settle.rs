@@ -67,8 +67,9 @@ impl Attempt {
                 None if acting.run_handed_out => {
                     Phase::Finished(Outcome::Abandoned(Abandonment::ActionDropped))
                 }
-                None if acting.protection == Protection::Reserved => release,
-                None => settled,
+                // Before the action: a grant, or (failed open) reserves whose replies were
+                // lost and which may have landed. No effect can have happened: release.
+                None => release,
             },
             // A transactional complete belongs to its transaction, which went with the call:
             // one that was out may have committed (read the record, once it can no longer
