@@ -201,4 +201,14 @@ mod tests {
         assert_eq!(hex[17..], digest[17..32]);
         assert_ne!(derive("a", "k2").to_uuid_string(), uuid);
     }
+
+    #[test]
+    fn the_bytes_are_the_digest_the_renderings_show() {
+        let key = derive("a", "k");
+        let mut hex = String::new();
+        for byte in key.to_bytes() {
+            push_hex(&mut hex, byte);
+        }
+        assert_eq!(key.to_string(), format!("{DOWNSTREAM_KEY_PREFIX}{hex}"));
+    }
 }

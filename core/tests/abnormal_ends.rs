@@ -292,3 +292,47 @@ fn a_give_up_is_reported_once_even_when_the_same_poll_sends_the_next_command() {
     assert_eq!(a.take_given_up(), Some(idem_core::CommandKind::Renew));
     assert_eq!(a.take_given_up(), None);
 }
+
+#[test]
+fn a_transactional_complete_that_meets_a_corrupt_value_rolls_its_writes_back() {
+    let mut store = None;
+    let mut a = common::attempt(1, Options::default(), 0).in_transaction();
+    assert_eq!(until_run_or_done(&mut a, &mut store, 0), Step::Run);
+    a.handle_action_result(ActionResult::Succeeded(Body::new("tx_1")), at(1))
+        .unwrap();
+    let Step::Send { command, .. } = a.poll(at(1)) else {
+        panic!("expected the complete")
+    };
+    assert_eq!(command.kind(), idem_core::CommandKind::Complete);
+    // The key now holds a value that is not a record: the complete inside the transaction
+    // is refused, so its writes never commit.
+    a.handle_corrupt_record(at(1)).unwrap();
+    assert_eq!(
+        a.poll(at(1)),
+        Step::Done(Outcome::RolledBack { released: true })
+    );
+    assert_eq!(a.outcome(), Some(&Outcome::RolledBack { released: true }));
+}
+
+#[test]
+fn an_attempt_says_its_outcome_and_whether_it_was_abandoned_only_once_it_is_so() {
+    let mut store = None;
+    let mut a = common::attempt(1, Options::default(), 0);
+    assert_eq!(
+        (a.outcome(), a.is_done(), a.is_abandoned()),
+        (None, false, false)
+    );
+    assert_eq!(until_run_or_done(&mut a, &mut store, 0), Step::Run);
+    assert_eq!(a.outcome(), None);
+    a.handle_action_result(ActionResult::Succeeded(Body::new("ch_1")), at(1))
+        .unwrap();
+    let step = until_run_or_done(&mut a, &mut store, 1);
+    let Step::Done(outcome) = step else {
+        panic!("expected the outcome, got {step:?}")
+    };
+    assert_eq!(a.outcome(), Some(&outcome));
+    assert!(a.is_done() && !a.is_abandoned());
+    let mut b = common::attempt(2, Options::default(), 0);
+    b.abandon(at(0));
+    assert!(b.is_abandoned());
+}
