@@ -3,7 +3,7 @@
 //! an operation scoped by `Operation::for_tenant`, and scoped names tell their operation and
 //! tenant apart.
 
-use idem_core::key::TENANT_SCOPE;
+use idem_core::key::{MAX_OPERATION_LEN, TENANT_SCOPE};
 use idem_core::{Operation, OperationError};
 use proptest::prelude::*;
 
@@ -101,4 +101,31 @@ fn stored_names_read_back_as_the_operations_that_wrote_them() {
             "{refused:?} accepted"
         );
     }
+}
+
+/// A stored scoped name is held to the operation's length limit, exactly: at the limit it is
+/// the operation a service made, past it no service could have made it; and a bad digit in
+/// the scope is named where it stands.
+#[test]
+fn stored_names_meet_the_length_limit_and_bad_digits_are_placed() {
+    let scope = "0123456789abcdef0123456789abcdef";
+    let at_limit = format!("{}~t-{scope}", "a".repeat(MAX_OPERATION_LEN - 35));
+    assert_eq!(at_limit.len(), MAX_OPERATION_LEN);
+    assert_eq!(
+        Operation::from_stored(&at_limit).unwrap().as_str(),
+        at_limit
+    );
+    let past = format!("{}~t-{scope}", "a".repeat(MAX_OPERATION_LEN - 30));
+    assert_eq!(
+        Operation::from_stored(&past),
+        Err(OperationError::TooLong { len: past.len() })
+    );
+    let bad = "charge~t-0123456789Xbcdef0123456789abcdef";
+    assert_eq!(
+        Operation::from_stored(bad),
+        Err(OperationError::InvalidCharacter {
+            found: 'X',
+            position: "charge~t-0123456789".len(),
+        })
+    );
 }
