@@ -129,3 +129,12 @@ fn option_rules_hold_exactly_at_their_edges() {
         idem_core::InFlightPolicy::Wait
     );
 }
+
+#[test]
+fn a_stored_result_holds_a_value_only_when_one_was_stored() {
+    use idem_core::StoredResult;
+    let body = Body::new("ch_1");
+    assert_eq!(StoredResult::Value(body.clone()).value(), Some(&body));
+    assert_eq!(StoredResult::NotStored.value(), None);
+    assert_eq!(StoredResult::Panicked.value(), None);
+}
