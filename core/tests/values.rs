@@ -138,3 +138,13 @@ fn a_stored_result_holds_a_value_only_when_one_was_stored() {
     assert_eq!(StoredResult::NotStored.value(), None);
     assert_eq!(StoredResult::Panicked.value(), None);
 }
+
+#[test]
+fn a_command_kind_prints_as_its_name() {
+    use idem_core::CommandKind;
+    let printed: Vec<String> = CommandKind::ALL.iter().map(ToString::to_string).collect();
+    assert_eq!(printed, ["reserve", "complete", "renew", "release", "read"]);
+    for kind in CommandKind::ALL {
+        assert_eq!(kind.to_string(), kind.name());
+    }
+}
