@@ -336,3 +336,50 @@ fn an_attempt_says_its_outcome_and_whether_it_was_abandoned_only_once_it_is_so()
     b.abandon(at(0));
     assert!(b.is_abandoned());
 }
+
+#[test]
+fn no_lease_end_is_confirmed_to_an_unprotected_action_or_after_a_lost_lease() {
+    // Failed open: the action runs with no reservation, so nothing is confirmed.
+    let fail_open = Options::builder()
+        .on_store_failure(StoreFailurePolicy::FailOpen)
+        .store_retries(0)
+        .build()
+        .unwrap();
+    let mut a = common::attempt(1, fail_open, 0);
+    let Step::Send { .. } = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    a.handle_store_error(at(0)).unwrap();
+    assert_eq!(a.poll(at(0)), Step::Run);
+    assert_eq!(a.lease(at(0)), LeaseState::Unprotected);
+    assert_eq!(a.lease_confirmed_until(), None);
+
+    // Reserved, then a renewal refused (another owner holds the key): the lease is lost,
+    // and its old end is no longer confirmed.
+    let mut store = None;
+    let mut b = common::attempt(2, Options::default(), 0);
+    assert_eq!(until_run_or_done(&mut b, &mut store, 0), Step::Run);
+    assert!(b.lease_confirmed_until().is_some());
+    let renew_at = Options::default().renew_every().as_millis() as u64;
+    let Step::Send { .. } = b.poll(at(renew_at)) else {
+        panic!("expected a renewal")
+    };
+    let taken = Record::Pending {
+        owner: OwnerToken::from_u128(3),
+        fingerprint: idem_core::Fingerprint::of_bytes(b"amount=100"),
+        lease_until: at(renew_at + 30_000),
+        fence: None,
+    };
+    let reply = apply(
+        Some(&taken),
+        Command::Renew {
+            owner: OwnerToken::from_u128(2),
+            lease: Options::default().lease(),
+        },
+        at(renew_at),
+    )
+    .reply;
+    b.handle_reply(reply, at(renew_at)).unwrap();
+    assert_eq!(b.lease(at(renew_at)), LeaseState::Lost);
+    assert_eq!(b.lease_confirmed_until(), None);
+}
