@@ -351,3 +351,37 @@ fn the_read_after_a_lost_commit_reply_waits_out_the_backoff() {
     };
     assert_eq!(command.kind(), idem_core::CommandKind::Read);
 }
+
+#[test]
+fn a_commit_whose_fate_cannot_be_read_is_read_as_often_as_any_command_is_retried() {
+    let options = Options::builder()
+        .lease(Duration::from_secs(1))
+        .store_retries(2)
+        .build()
+        .unwrap();
+    let mut store = None;
+    let mut a = common::attempt(1, options, 0).in_transaction();
+    let Step::Send { command, .. } = a.poll(at(0)) else {
+        panic!("expected a reserve")
+    };
+    let reply = apply(store.as_ref(), command, at(0)).apply_to(&mut store);
+    a.handle_reply(reply, at(0)).unwrap();
+    assert_eq!(a.poll(at(0)), Step::Run);
+    a.handle_action_result(ActionResult::Succeeded(Body::new("order-1")), at(10))
+        .unwrap();
+    let mut now = 10;
+    let mut reads = 0;
+    let outcome = loop {
+        match a.poll(at(now)) {
+            Step::Send { command, .. } => {
+                reads += usize::from(command.kind() == idem_core::CommandKind::Read);
+                a.handle_store_error(at(now)).unwrap();
+            }
+            Step::Wait { until: Some(until) } => now = until.as_millis(),
+            Step::Done(outcome) => break outcome,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(outcome, Outcome::CommitUnknown);
+    assert_eq!(reads, 3, "one read and its two retries");
+}
