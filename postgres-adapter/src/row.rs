@@ -274,8 +274,9 @@ impl Found {
 /// drops (the record's own columns are the row's), and every record reads back as itself.
 #[cfg(test)]
 mod codec {
-    use idem_core::record::{Body, Record, StoredResult};
-    use idem_core::{Fence, Fingerprint, OwnerToken, Timestamp};
+    use idem_core::Fence;
+    use idem_core::record::Record;
+    use idem_tests::records::any_record;
     use proptest::prelude::*;
 
     use super::{Found, PENDING, result_columns};
@@ -362,41 +363,6 @@ mod codec {
             )
     }
 
-    fn record() -> impl Strategy<Value = Record> {
-        (
-            any::<[u8; 16]>(),
-            any::<[u8; 32]>(),
-            0u64..(1 << 62),
-            0u8..4,
-            proptest::option::of(1u64..=i64::MAX as u64),
-            proptest::collection::vec(any::<u8>(), 0..40),
-        )
-            .prop_map(|(owner, fingerprint, deadline, kind, fence, body)| {
-                let (owner, fingerprint) = (
-                    OwnerToken::from_bytes(owner),
-                    Fingerprint::from_bytes(fingerprint),
-                );
-                let deadline = Timestamp::from_millis(deadline);
-                let completed = |result| Record::Completed {
-                    owner,
-                    fingerprint,
-                    result,
-                    expires_at: deadline,
-                };
-                match kind {
-                    0 => Record::Pending {
-                        owner,
-                        fingerprint,
-                        lease_until: deadline,
-                        fence: fence.and_then(Fence::new),
-                    },
-                    1 => completed(StoredResult::Value(Body::new(body))),
-                    2 => completed(StoredResult::NotStored),
-                    _ => completed(StoredResult::Panicked),
-                }
-            })
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4_096))]
 
@@ -409,7 +375,7 @@ mod codec {
         }
 
         #[test]
-        fn every_record_reads_back_as_itself(record in record()) {
+        fn every_record_reads_back_as_itself(record in any_record()) {
             prop_assert_eq!(columns(&record).record(), Ok(record));
         }
     }

@@ -41,6 +41,7 @@ pub mod platform;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;
+pub mod records;
 pub mod redis;
 pub mod scenario;
 pub mod world;
