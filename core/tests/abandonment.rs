@@ -230,21 +230,27 @@ fn a_failed_action_is_released() {
     assert_eq!(store, None);
 }
 
-#[test]
-fn a_fail_closed_refusal_releases_what_its_reserves_may_have_left() {
+/// An attempt under `policy` with no store retries whose one reserve landed in `store` and
+/// whose reply was lost.
+fn reserve_landed_reply_lost(policy: StoreFailurePolicy, store: &mut Option<Record>) -> Attempt {
     let options = Options::builder()
-        .on_store_failure(StoreFailurePolicy::FailClosed)
+        .on_store_failure(policy)
         .store_retries(0)
         .build()
         .unwrap();
-    let mut store = None;
     let mut a = attempt(options);
-    // The reserve landed; its reply was lost.
     let Step::Send { command, .. } = a.poll(at(0)) else {
         panic!("expected a reserve")
     };
-    let _ = apply(store.as_ref(), command, at(0)).apply_to(&mut store);
+    let _ = apply(store.as_ref(), command, at(0)).apply_to(store);
     a.handle_store_error(at(0)).unwrap();
+    a
+}
+
+#[test]
+fn a_fail_closed_refusal_releases_what_its_reserves_may_have_left() {
+    let mut store = None;
+    let mut a = reserve_landed_reply_lost(StoreFailurePolicy::FailClosed, &mut store);
     assert_eq!(a.poll(at(0)), Step::Done(Outcome::StoreUnavailable));
     a.abandon(at(1));
     let (sent, outcome) = settle(&mut a, &mut store, 1);
@@ -439,21 +445,11 @@ fn a_release_backing_off_when_its_caller_goes_away_keeps_its_backoff_and_its_cou
 
 #[test]
 fn a_fail_open_run_abandoned_before_its_action_releases_what_its_reserves_may_have_left() {
-    let options = Options::builder()
-        .on_store_failure(StoreFailurePolicy::FailOpen)
-        .store_retries(0)
-        .build()
-        .unwrap();
+    // The policy runs the action unprotected; the caller goes away before it is handed out:
+    // no effect can have happened, so what the reserve may have left is released (rule 6),
+    // as after a fail-closed refusal.
     let mut store = None;
-    let mut a = attempt(options);
-    // The reserve landed; its reply was lost: the policy runs the action unprotected.
-    let Step::Send { command, .. } = a.poll(at(0)) else {
-        panic!("expected a reserve")
-    };
-    let _ = apply(store.as_ref(), command, at(0)).apply_to(&mut store);
-    a.handle_store_error(at(0)).unwrap();
-    // The caller goes away before the action is handed out: no effect can have happened, so
-    // what the reserve may have left is released (rule 6), as after a fail-closed refusal.
+    let mut a = reserve_landed_reply_lost(StoreFailurePolicy::FailOpen, &mut store);
     a.abandon(at(1));
     let (sent, outcome) = settle(&mut a, &mut store, 1);
     assert!(sent.iter().all(is_release) && sent.len() == 1, "{sent:?}");
