@@ -151,7 +151,7 @@ fn record(
 mod codec {
     use idem_core::Fence;
     use idem_core::record::Record;
-    use idem_tests::records::any_record;
+    use idem_tests::records::{any_record, nullable_blob};
     use proptest::prelude::*;
 
     use super::{PENDING, record, result_columns};
@@ -201,20 +201,12 @@ mod codec {
         own
     }
 
-    fn bytes(len: usize) -> impl Strategy<Value = Option<Vec<u8>>> {
-        prop_oneof![
-            Just(None),
-            proptest::collection::vec(any::<u8>(), len..=len).prop_map(Some),
-            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Some),
-        ]
-    }
-
     fn any_columns() -> impl Strategy<Value = Columns> {
         (
             prop_oneof![(-1i16..6), any::<i16>()],
-            bytes(16),
-            bytes(32),
-            bytes(0),
+            nullable_blob(16),
+            nullable_blob(32),
+            nullable_blob(0),
             prop_oneof![
                 Just(None),
                 any::<i64>().prop_map(Some),

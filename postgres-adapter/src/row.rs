@@ -276,7 +276,7 @@ impl Found {
 mod codec {
     use idem_core::Fence;
     use idem_core::record::Record;
-    use idem_tests::records::any_record;
+    use idem_tests::records::{any_record, nullable_blob};
     use proptest::prelude::*;
 
     use super::{Found, PENDING, result_columns};
@@ -322,14 +322,6 @@ mod codec {
         )
     }
 
-    fn bytes(len: usize) -> impl Strategy<Value = Option<Vec<u8>>> {
-        prop_oneof![
-            Just(None),
-            proptest::collection::vec(any::<u8>(), len..=len).prop_map(Some),
-            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Some),
-        ]
-    }
-
     fn found() -> impl Strategy<Value = Found> {
         (
             prop_oneof![
@@ -337,9 +329,9 @@ mod codec {
                 (-1i16..6).prop_map(Some),
                 any::<i16>().prop_map(Some)
             ],
-            bytes(16),
-            bytes(32),
-            bytes(0),
+            nullable_blob(16),
+            nullable_blob(32),
+            nullable_blob(0),
             prop_oneof![
                 Just(None),
                 any::<i64>().prop_map(Some),

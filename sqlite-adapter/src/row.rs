@@ -217,7 +217,7 @@ impl Columns {
 #[cfg(test)]
 mod codec {
     use idem_core::record::Record;
-    use idem_tests::records::any_record;
+    use idem_tests::records::{any_record, blob};
     use proptest::prelude::*;
 
     use super::{Columns, record};
@@ -247,18 +247,11 @@ mod codec {
         )
     }
 
-    fn bytes(len: usize) -> impl Strategy<Value = Vec<u8>> {
-        prop_oneof![
-            proptest::collection::vec(any::<u8>(), len..=len),
-            proptest::collection::vec(any::<u8>(), 0..40),
-        ]
-    }
-
     fn any_columns() -> impl Strategy<Value = Columns> {
         (
             prop_oneof![(-1i64..6), any::<i64>()],
-            bytes(16),
-            bytes(32),
+            blob(16),
+            blob(32),
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
             prop_oneof![any::<i64>(), (0i64..1 << 50)],
             prop_oneof![

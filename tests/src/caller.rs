@@ -236,7 +236,7 @@ struct Running {
 }
 
 /// How an action that returns `result` ended, whatever the driver then feeds.
-fn action_end(result: &ActionResult) -> ActionEnd {
+pub(crate) fn action_end(result: &ActionResult) -> ActionEnd {
     match result {
         ActionResult::Succeeded(_) => ActionEnd::Succeeded,
         ActionResult::Unrecordable => ActionEnd::Unrecordable,

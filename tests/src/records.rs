@@ -1,6 +1,6 @@
 //! Records of every shape, for the stores' codec tests: any owner, fingerprint and deadline
 //! (up to 2^62 ms), pending with or without a fence, or completed with a value (up to 40
-//! bytes), without one, or as "outcome unknown".
+//! bytes), without one, or as "outcome unknown"; and the byte columns rows hold.
 
 use idem_core::record::{Body, Record, StoredResult};
 use idem_core::{Fence, Fingerprint, OwnerToken, Timestamp};
@@ -40,4 +40,18 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                 _ => completed(StoredResult::Panicked),
             }
         })
+}
+
+/// A column of bytes: exactly `len` long (what a record's column holds), or any length up to
+/// 40 (what a row idem did not write may hold).
+pub fn blob(len: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), len..=len),
+        proptest::collection::vec(any::<u8>(), 0..40),
+    ]
+}
+
+/// A nullable column of bytes: NULL, or a [`blob`].
+pub fn nullable_blob(len: usize) -> impl Strategy<Value = Option<Vec<u8>>> {
+    proptest::option::of(blob(len))
 }

@@ -23,14 +23,14 @@
 //! holder counts it; a paused holder wakes past the store's lease, and a command that hangs
 //! lands at the latest instant it can.
 
-use idem_check::{ActionEnd, Answer, EventKind, Variant};
+use idem_check::{Answer, EventKind, Variant};
 use idem_core::record::{CommandKind, Reply};
 use idem_core::{
     Abandonment, ActionResult, Attempt, Body, Command, Key, LeaseState, Operation, Outcome, Step,
     Timestamp,
 };
 
-use crate::caller::{Action, CallerPlan, MAX_STEPS, OPERATION, key_name};
+use crate::caller::{Action, CallerPlan, MAX_STEPS, OPERATION, action_end, key_name};
 use crate::world::{AttemptId, Delivery, World};
 
 /// How much of each fault a run may still use.
@@ -145,15 +145,6 @@ fn key_and_operation(plan: &CallerPlan) -> (Operation, Key) {
         Operation::new(OPERATION).expect("the model's operation is valid"),
         Key::new(key_name(plan.key)).expect("the model's keys are valid"),
     )
-}
-
-fn action_end(result: &ActionResult) -> ActionEnd {
-    match result {
-        ActionResult::Succeeded(_) => ActionEnd::Succeeded,
-        ActionResult::Unrecordable => ActionEnd::Unrecordable,
-        ActionResult::Panicked => ActionEnd::Panicked,
-        _ => ActionEnd::Failed,
-    }
 }
 
 impl Caller {
