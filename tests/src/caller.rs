@@ -10,7 +10,7 @@
 //! the model checker decides who else runs first, so a lease can run out anywhere.
 
 use idem_check::{ActionEnd, Answer, EventKind, Variant};
-use idem_core::record::CommandKind;
+use idem_core::record::{CommandKind, Reply};
 use idem_core::{
     Abandonment, ActionResult, Attempt, Body, Command, Fingerprint, Key, LeaseState, Operation,
     Options, Outcome, Step, Timestamp,
@@ -222,7 +222,8 @@ fn key_and_operation(plan: &CallerPlan) -> Option<(Operation, Key)> {
 }
 
 /// How a running action ends once its wake-ups are spent.
-enum End {
+#[derive(Debug, Clone)]
+pub(crate) enum End {
     /// It returns this result.
     Result(ActionResult),
     /// Its caller goes away first: the driver abandons the attempt.
@@ -230,9 +231,10 @@ enum End {
 }
 
 /// An action that has started and not yet ended.
-struct Running {
-    wakeups_left: u32,
-    end: End,
+#[derive(Debug, Clone)]
+pub(crate) struct Running {
+    pub(crate) wakeups_left: u32,
+    pub(crate) end: End,
 }
 
 /// How an action that returns `result` ended, whatever the driver then feeds.
@@ -246,10 +248,79 @@ pub(crate) fn action_end(result: &ActionResult) -> ActionEnd {
 }
 
 /// A command the store does not answer: the caller waits for the attempt to give it up.
-struct Hung {
-    command: Command,
-    applied: bool,
-    reply_by: Timestamp,
+#[derive(Debug, Clone)]
+pub(crate) struct Hung {
+    pub(crate) command: Command,
+    pub(crate) applied: bool,
+    pub(crate) reply_by: Timestamp,
+}
+
+/// Feeds `attempt`, at `now` on its clock, what came back for its command as `variant`'s
+/// driver does: the reply, "corrupt" (or, for a driver that takes it for unavailability, a
+/// failure), or a failure. A read after a lost commit reply is fed as the variant reads it.
+pub(crate) fn feed(
+    attempt: &mut Attempt,
+    variant: Variant,
+    delivery: Delivery,
+    answer: Answer,
+    now: Timestamp,
+) -> Result<(), String> {
+    let fed = match (delivery, answer) {
+        (Delivery::Normal, Answer::Reply(Reply::Read(read))) => {
+            // Only a transactional attempt reads, to learn whether its commit landed.
+            let (owner, fingerprint) = (attempt.owner(), attempt.fingerprint());
+            let read = variant.fed_commit_read(read, owner, fingerprint, now);
+            attempt.handle_reply(Reply::Read(read), now)
+        }
+        (Delivery::Normal, Answer::Reply(reply)) => attempt.handle_reply(reply, now),
+        (Delivery::Normal, Answer::Corrupt) if !variant.feeds_corrupt_as_store_error() => {
+            attempt.handle_corrupt_record(now)
+        }
+        _ => attempt.handle_store_error(now),
+    };
+    fed.map_err(|error| error.to_string())
+}
+
+/// Hands `action` of `who` out at `now` (store's clock): writes the run down, charges the card
+/// (or, for a transactional action, makes its uncommitted writes) as the action does, and
+/// says how the action will end; `None` for a caller that crashed after its charge.
+pub(crate) fn start_action(
+    world: &mut World,
+    who: AttemptId,
+    action: Action,
+    unprotected: bool,
+    transactional: bool,
+    now: u64,
+) -> Option<End> {
+    world.note(who, now, EventKind::Run { unprotected });
+    let charge = |world: &mut World| {
+        if transactional {
+            Body::new(world.wrote(who, now))
+        } else {
+            Body::new(world.charge(who, now))
+        }
+    };
+    match action {
+        Action::Succeed | Action::AbandonMidReserve => {
+            Some(End::Result(ActionResult::Succeeded(charge(world))))
+        }
+        Action::Fail => Some(End::Result(ActionResult::Failed)),
+        Action::Crash => {
+            charge(world);
+            world.note(who, now, EventKind::Crashed);
+            None
+        }
+        Action::PanicAfterCharge => {
+            charge(world);
+            Some(End::Result(ActionResult::Panicked))
+        }
+        Action::PanicBeforeCharge => Some(End::Result(ActionResult::Panicked)),
+        Action::AbandonAfterCharge => {
+            charge(world);
+            Some(End::Abandon)
+        }
+        Action::AbandonBeforeCharge => Some(End::Abandon),
+    }
 }
 
 /// One attempt's driver: what `idem`'s driver does with an `Attempt`, with the world as
@@ -328,14 +399,7 @@ impl<P: Platform> Driver<'_, P> {
         answer: Answer,
     ) -> Result<(), String> {
         let now = self.caller_now(self.store_time);
-        let fed = match (delivery, answer) {
-            (Delivery::Normal, Answer::Reply(reply)) => attempt.handle_reply(reply, now),
-            (Delivery::Normal, Answer::Corrupt) if !self.variant.feeds_corrupt_as_store_error() => {
-                attempt.handle_corrupt_record(now)
-            }
-            _ => attempt.handle_store_error(now),
-        };
-        fed.map_err(|error| error.to_string())
+        feed(attempt, self.variant, delivery, answer, now)
     }
 
     fn run(mut self) -> Next {
@@ -466,31 +530,8 @@ impl<P: Platform> Driver<'_, P> {
                 Step::Run => {
                     let who = self.who;
                     let unprotected = attempt.lease(now) == LeaseState::Unprotected;
-                    let end = self.locked(|w, at| {
-                        w.note(who, at, EventKind::Run { unprotected });
-                        let charge = |w: &mut World| Body::new(w.charge(who, at));
-                        match action {
-                            Action::Succeed | Action::AbandonMidReserve => {
-                                Some(End::Result(ActionResult::Succeeded(charge(w))))
-                            }
-                            Action::Fail => Some(End::Result(ActionResult::Failed)),
-                            Action::Crash => {
-                                charge(w);
-                                w.note(who, at, EventKind::Crashed);
-                                None
-                            }
-                            Action::PanicAfterCharge => {
-                                charge(w);
-                                Some(End::Result(ActionResult::Panicked))
-                            }
-                            Action::PanicBeforeCharge => Some(End::Result(ActionResult::Panicked)),
-                            Action::AbandonAfterCharge => {
-                                charge(w);
-                                Some(End::Abandon)
-                            }
-                            Action::AbandonBeforeCharge => Some(End::Abandon),
-                        }
-                    });
+                    let end =
+                        self.locked(|w, at| start_action(w, who, action, unprotected, false, at));
                     // A crashed caller never completes or releases.
                     let Some(end) = end else {
                         return Next::Stop;

@@ -24,13 +24,16 @@
 //! lands at the latest instant it can.
 
 use idem_check::{Answer, EventKind, Variant};
-use idem_core::record::{CommandKind, Reply};
+use idem_core::record::CommandKind;
 use idem_core::{
-    Abandonment, ActionResult, Attempt, Body, Command, Key, LeaseState, Operation, Outcome, Step,
+    Abandonment, ActionResult, Attempt, Command, Key, LeaseState, Operation, Outcome, Step,
     Timestamp,
 };
 
-use crate::caller::{Action, CallerPlan, MAX_STEPS, OPERATION, action_end, key_name};
+use crate::caller::{
+    Action, CallerPlan, End, Hung, MAX_STEPS, OPERATION, Running, action_end, feed, key_name,
+    start_action,
+};
 use crate::world::{AttemptId, Delivery, World};
 
 /// How much of each fault a run may still use.
@@ -84,26 +87,6 @@ enum Next {
     },
     /// Its client is done: no more attempts.
     Gone,
-}
-
-/// How a running action ends once its wake-ups are spent.
-#[derive(Debug, Clone)]
-enum End {
-    Result(ActionResult),
-    Abandon,
-}
-
-#[derive(Debug, Clone)]
-struct Running {
-    wakeups_left: u32,
-    end: End,
-}
-
-#[derive(Debug, Clone)]
-struct Hung {
-    command: Command,
-    applied: bool,
-    reply_by: Timestamp,
 }
 
 /// One client: its current attempt, driven as `idem`'s driver drives one.
@@ -405,27 +388,13 @@ impl State {
 
     /// Feeds what came back for a command as the driver does.
     fn feed(&mut self, caller: usize, delivery: Delivery, answer: Answer) {
-        let now = self.now;
-        let variant = self.variant;
+        let (now, variant) = (self.now, self.variant);
         let Some(c) = self.callers.get_mut(caller) else {
             return;
         };
         let at = c.caller_now(now);
-        let fed = match (delivery, answer) {
-            (Delivery::Normal, Answer::Reply(Reply::Read(read))) => {
-                // Only a transactional attempt reads, to learn whether its commit landed.
-                let (owner, fingerprint) = (c.attempt.owner(), c.attempt.fingerprint());
-                let read = variant.fed_commit_read(read, owner, fingerprint, at);
-                c.attempt.handle_reply(Reply::Read(read), at)
-            }
-            (Delivery::Normal, Answer::Reply(reply)) => c.attempt.handle_reply(reply, at),
-            (Delivery::Normal, Answer::Corrupt) if !variant.feeds_corrupt_as_store_error() => {
-                c.attempt.handle_corrupt_record(at)
-            }
-            _ => c.attempt.handle_store_error(at),
-        };
-        if let Err(error) = fed {
-            self.breach(caller, error.to_string());
+        if let Err(error) = feed(&mut c.attempt, variant, delivery, answer, at) {
+            self.breach(caller, error);
         }
     }
 
@@ -537,38 +506,17 @@ impl State {
                 let at = c.caller_now(now);
                 let unprotected = c.attempt.lease(at) == LeaseState::Unprotected;
                 let (who, action, wakeups) = (c.id, c.action, c.plan.action_wakeups);
-                self.world.note(who, now, EventKind::Run { unprotected });
                 // A transactional action's effect is its writes, uncommitted until its
                 // complete records the result; any other's is a charge.
                 let transactional = self.transactional;
-                let charge = |world: &mut World| {
-                    if transactional {
-                        Body::new(world.wrote(who, now))
-                    } else {
-                        Body::new(world.charge(who, now))
-                    }
-                };
-                let end = match action {
-                    Action::Succeed | Action::AbandonMidReserve => Some(End::Result(
-                        ActionResult::Succeeded(charge(&mut self.world)),
-                    )),
-                    Action::Fail => Some(End::Result(ActionResult::Failed)),
-                    Action::Crash => {
-                        charge(&mut self.world);
-                        self.world.note(who, now, EventKind::Crashed);
-                        None
-                    }
-                    Action::PanicAfterCharge => {
-                        charge(&mut self.world);
-                        Some(End::Result(ActionResult::Panicked))
-                    }
-                    Action::PanicBeforeCharge => Some(End::Result(ActionResult::Panicked)),
-                    Action::AbandonAfterCharge => {
-                        charge(&mut self.world);
-                        Some(End::Abandon)
-                    }
-                    Action::AbandonBeforeCharge => Some(End::Abandon),
-                };
+                let end = start_action(
+                    &mut self.world,
+                    who,
+                    action,
+                    unprotected,
+                    transactional,
+                    now,
+                );
                 let Some(c) = self.callers.get_mut(caller) else {
                     return;
                 };
