@@ -177,12 +177,7 @@ impl Story {
             .event(
                 at,
                 who,
-                EventKind::Store {
-                    command,
-                    before,
-                    answer: Answer::Reply(reply.clone()),
-                    after,
-                },
+                EventKind::store(command, before, Answer::Reply(reply.clone()), after),
             )
             .event(at, who, EventKind::Received(Received::Reply(reply)))
     }
@@ -193,12 +188,7 @@ impl Story {
             .event(
                 at,
                 who,
-                EventKind::Store {
-                    command,
-                    before: None,
-                    answer: Answer::Corrupt,
-                    after: None,
-                },
+                EventKind::store(command, None, Answer::Corrupt, None),
             )
             .event(at, who, EventKind::Received(Received::Corrupt))
     }
@@ -513,12 +503,7 @@ fn i5_a_complete_that_carries_another_value_than_its_charge() {
         .event(
             20,
             A,
-            EventKind::Store {
-                command: complete(A, "ch_9"),
-                before: None,
-                answer: Answer::NotApplied,
-                after: None,
-            },
+            EventKind::store(complete(A, "ch_9"), None, Answer::NotApplied, None),
         )
         .breaks(Rule::I5);
 }
@@ -1183,12 +1168,12 @@ fn transactional_complete(
         .event(
             at,
             who,
-            EventKind::Store {
-                command: complete(who, id),
+            EventKind::store(
+                complete(who, id),
                 before,
-                answer: Answer::Reply(reply.clone()),
+                Answer::Reply(reply.clone()),
                 after,
-            },
+            ),
         );
     if commit {
         story.0.commit(at, who, id.into());

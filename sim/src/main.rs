@@ -7,6 +7,9 @@ mod commands;
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::error::ErrorKind;
 use idem_sim::Config;
 

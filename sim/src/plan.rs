@@ -315,40 +315,94 @@ impl Default for Shape {
     }
 }
 
-/// The two requests of each slot: (amount, fingerprint of operation, key and amount). They
-/// depend on the slots' names alone, which depend on the shape alone, so they are hashed
-/// once per process and shape (the longest keys are 255 characters: five SHA-256 blocks
-/// each, for every run otherwise).
-fn request_fingerprints(slots: &[Slot]) -> Vec<(u32, Fingerprint)> {
-    type Cached = Vec<(Vec<(String, String)>, Vec<(u32, Fingerprint)>)>;
-    static CACHE: std::sync::Mutex<Cached> = std::sync::Mutex::new(Vec::new());
-    let names: Vec<(String, String)> = slots
-        .iter()
-        .map(|slot| {
-            (
-                slot.operation.as_str().to_owned(),
-                slot.key.as_str().to_owned(),
-            )
-        })
-        .collect();
-    let mut cache = CACHE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, fingerprints)) = cache.iter().find(|(cached, _)| *cached == names) {
-        return fingerprints.clone();
+/// The keys a shape names, and the two requests of each of its request keys.
+#[derive(Clone)]
+struct Named {
+    /// The request keys, then the broker's message keys (when the broker is on).
+    slots: Vec<Slot>,
+    /// How many of the slots are request keys.
+    request_slots: usize,
+    /// For each slot, its two requests: (amount, fingerprint of operation, key and amount).
+    fingerprints: Vec<(u32, Fingerprint)>,
+}
+
+/// The keys of `keys` per operation (and the broker's, if `broker`), with their requests.
+/// They depend on the shape alone, so each thread names and hashes them once per shape
+/// rather than for every run: a key of 255 characters is checked byte by byte and hashed
+/// in five SHA-256 blocks, which cost a run as much as a tenth of its own work.
+fn named(keys: usize, broker: bool) -> Named {
+    thread_local! {
+        static NAMED: std::cell::RefCell<Vec<((usize, bool), Named)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    NAMED.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, named)) = cache.iter().find(|(shape, _)| *shape == (keys, broker)) {
+            return named.clone();
+        }
+        let named = name(keys, broker);
+        if cache.len() < 16 {
+            cache.push(((keys, broker), named.clone()));
+        }
+        named
+    })
+}
+
+fn name(keys: usize, broker: bool) -> Named {
+    let operations = [
+        Operation::new("payment.charge"),
+        Operation::new("order.cancel"),
+    ];
+    let mut slots = Vec::with_capacity(2 * keys + MESSAGE_KEYS);
+    for operation in operations.iter().flatten() {
+        for k in 0..keys {
+            // Keys at the edges of what is accepted: the longest, and every visible ASCII
+            // boundary character; what is stored is byte for byte what is sent. The first
+            // two share their first 254 characters, so a store that shortens keys would mix
+            // them up.
+            let key = match k {
+                0 => Key::new("~".repeat(255)),
+                1 => Key::new(format!("{}!", "~".repeat(254))),
+                _ => Key::new(format!("!order-{k}~")),
+            };
+            if let Ok(key) = key {
+                slots.push(Slot {
+                    operation: operation.clone(),
+                    key,
+                    corrupt: false,
+                    transactional: false,
+                });
+            }
+        }
+    }
+    let request_slots = slots.len();
+    // The requests' keys; a broker's messages have keys of their own, under an operation of
+    // their own, after them.
+    if broker && let Ok(operation) = Operation::new("order.ship") {
+        for m in 0..MESSAGE_KEYS {
+            if let Ok(key) = Key::new(format!("msg-{m}~")) {
+                slots.push(Slot {
+                    operation: operation.clone(),
+                    key,
+                    corrupt: false,
+                    transactional: false,
+                });
+            }
+        }
     }
     let mut fingerprints = Vec::with_capacity(slots.len() * 2);
-    for (i, (operation, key)) in names.iter().enumerate() {
+    for (i, slot) in slots.iter().enumerate() {
         for extra in 0..2u32 {
             let amount = 100 + i as u32 + extra;
-            let text = format!("{operation}|{key}|{amount}");
+            let text = format!("{}|{}|{amount}", slot.operation.as_str(), slot.key.as_str());
             fingerprints.push((amount, Fingerprint::of_bytes(text.as_bytes())));
         }
     }
-    if cache.len() < 16 {
-        cache.push((names, fingerprints.clone()));
+    Named {
+        slots,
+        request_slots,
+        fingerprints,
     }
-    fingerprints
 }
 
 impl Plan {
@@ -357,51 +411,13 @@ impl Plan {
         let faults = shape.faults;
         let on = |kind| faults.has(kind);
         let keys = shape.keys.max(1) as usize;
-        let operations = [
-            Operation::new("payment.charge"),
-            Operation::new("order.cancel"),
-        ];
-        let mut slots = Vec::with_capacity(2 * keys);
-        for operation in operations.iter().flatten() {
-            for k in 0..keys {
-                // Keys at the edges of what is accepted: the longest, and every visible
-                // ASCII boundary character; what is stored is byte for byte what is sent.
-                // The first two share their first 254 characters, so a store that shortens
-                // keys would mix them up.
-                let key = match k {
-                    0 => Key::new("~".repeat(255)),
-                    1 => Key::new(format!("{}!", "~".repeat(254))),
-                    _ => Key::new(format!("!order-{k}~")),
-                };
-                if let Ok(key) = key {
-                    slots.push(Slot {
-                        operation: operation.clone(),
-                        key,
-                        corrupt: false,
-                        transactional: false,
-                    });
-                }
-            }
-        }
+        let Named {
+            mut slots,
+            request_slots,
+            fingerprints,
+        } = named(keys, on(FaultKind::Broker));
         if slots.is_empty() {
             return Err(PlanError::NoKeys);
-        }
-        // The requests' keys; a broker's messages have keys of their own, under an
-        // operation of their own, after them.
-        let request_slots = slots.len();
-        if on(FaultKind::Broker)
-            && let Ok(operation) = Operation::new("order.ship")
-        {
-            for m in 0..MESSAGE_KEYS {
-                if let Ok(key) = Key::new(format!("msg-{m}~")) {
-                    slots.push(Slot {
-                        operation: operation.clone(),
-                        key,
-                        corrupt: false,
-                        transactional: false,
-                    });
-                }
-            }
         }
         if on(FaultKind::Corrupt) && rng.chance(250) {
             let corrupt = rng.below(slots.len() as u64) as usize;
@@ -413,7 +429,6 @@ impl Plan {
                 slot.transactional = rng.chance(333);
             }
         }
-        let fingerprints = request_fingerprints(&slots);
 
         let network = if on(FaultKind::Network) {
             NetworkPlan {

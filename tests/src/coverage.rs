@@ -101,8 +101,8 @@ impl Coverage {
                 }
                 EventKind::LeaseView { .. } => c.lease_views += 1,
                 EventKind::Received(Received::GivenUp) => c.hung += 1,
-                EventKind::Store { answer, before, .. } => {
-                    let Answer::Reply(reply) = answer else {
+                EventKind::Store(step) => {
+                    let Answer::Reply(reply) = &step.answer else {
                         continue;
                     };
                     // Applied, and what came back was a failure: the reply was lost.
@@ -115,7 +115,7 @@ impl Coverage {
                         Reply::Renewed(_) => c.renewals += 1,
                         Reply::Reserved(granted) => {
                             let now = Timestamp::from_millis(event.at);
-                            let takeover = matches!(before, Some(record @ Record::Pending { .. })
+                            let takeover = matches!(&step.before, Some(record @ Record::Pending { .. })
                                 if record.owner() != granted.owner && record.is_expired(now));
                             c.takeovers += u64::from(takeover);
                         }

@@ -212,12 +212,7 @@ impl World {
         self.history.push(
             store_now,
             index,
-            EventKind::Store {
-                command,
-                before,
-                answer: answer.clone(),
-                after,
-            },
+            EventKind::store(command, before, answer.clone(), after),
         );
         // A transactional action's writes commit with its complete, at this very step, if
         // the store recorded its result (or the variant says so); else they roll back.

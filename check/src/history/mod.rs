@@ -126,6 +126,19 @@ impl Answer {
     }
 }
 
+/// What the store made of one command of an attempt: [`EventKind::Store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStep {
+    /// The command as the store got it.
+    pub command: Command,
+    /// The stored state before.
+    pub before: Option<Record>,
+    /// What the store made of it.
+    pub answer: Answer,
+    /// The stored state after.
+    pub after: Option<Record>,
+}
+
 /// What came back to an attempt for the command it was waiting on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {
@@ -165,24 +178,15 @@ pub struct Event {
 }
 
 /// What happened.
-// Histories are written once and read once; boxing the store step would only add noise.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
     /// The attempt's driver sent a command of this kind.
     Sent(CommandKind),
     /// A command of the attempt reached the store (or was refused by it): the record before
-    /// and after, and the answer.
-    Store {
-        /// The command as the store got it.
-        command: Command,
-        /// The stored state before.
-        before: Option<Record>,
-        /// What the store made of it.
-        answer: Answer,
-        /// The stored state after.
-        after: Option<Record>,
-    },
+    /// and after, and the answer. Boxed: a store step is four times the size of any other
+    /// event, and a run writes ten other events for each one, so an unboxed step would
+    /// make every event that size (the simulation copies and the judge reads each of them).
+    Store(Box<StoreStep>),
     /// What came back for the command the attempt last sent.
     Received(Received),
     /// The attempt handed out its action: under its reservation, or unprotected (the store
@@ -257,6 +261,31 @@ pub enum EventKind {
     /// The driver fed the attempt machine an input it refused, or did what a driver must
     /// not (a harness or core bug).
     Protocol(String),
+}
+
+impl EventKind {
+    /// A store step: what the store made of `command`.
+    pub fn store(
+        command: Command,
+        before: Option<Record>,
+        answer: Answer,
+        after: Option<Record>,
+    ) -> Self {
+        EventKind::Store(Box::new(StoreStep {
+            command,
+            before,
+            answer,
+            after,
+        }))
+    }
+
+    /// The store step, if this is one.
+    pub fn store_step(&self) -> Option<&StoreStep> {
+        match self {
+            EventKind::Store(step) => Some(step),
+            _ => None,
+        }
+    }
 }
 
 /// A whole run.

@@ -6,7 +6,7 @@ use std::fmt;
 use idem_core::record::{Command, Record, Reply, StoredResult};
 use idem_core::{Fingerprint, Outcome};
 
-use super::{ActionEnd, Answer, EventKind, History, Received};
+use super::{ActionEnd, Answer, EventKind, History, Received, StoreStep};
 
 impl fmt::Display for History {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -58,12 +58,13 @@ impl fmt::Display for Explain<'_> {
         let history = self.0;
         match self.1 {
             EventKind::Sent(kind) => write!(f, "sends {kind}"),
-            EventKind::Store {
-                command,
-                before,
-                answer,
-                after,
-            } => {
+            EventKind::Store(step) => {
+                let StoreStep {
+                    command,
+                    before,
+                    answer,
+                    after,
+                } = &**step;
                 write!(f, "store gets {} ", ShortCommand(command))?;
                 match answer {
                     Answer::NotApplied => write!(f, "-> NOT APPLIED"),

@@ -8,7 +8,7 @@ use idem_core::{Outcome, Recording, Timestamp};
 
 use super::effects::cause_of;
 use super::{Rule, Run, Violation};
-use crate::history::{ActionEnd, EventKind};
+use crate::history::{ActionEnd, EventKind, StoreStep};
 use crate::statement::Charge;
 
 /// The answers given to one request on one key within one life of its record: (event,
@@ -32,7 +32,7 @@ pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mu
                 .copied()
                 .filter(|&step| {
                     let event = &history.events[step];
-                    matches!(&event.kind, EventKind::Store { before: Some(record @ Record::Completed { .. }), .. }
+                    matches!(event.kind.store_step(), Some(StoreStep { before: Some(record @ Record::Completed { .. }), .. })
                         if record.is_expired(Timestamp::from_millis(event.at)))
                 })
                 .collect()

@@ -40,15 +40,11 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
         }
         match &event.kind {
             EventKind::Delivered { message, .. } => message_of[who] = Some(*message),
-            EventKind::Store {
-                command,
-                answer: crate::history::Answer::Reply(reply),
-                ..
-            } => match reply {
-                Reply::Completed(_) if command.kind() == CommandKind::Complete => {
+            EventKind::Store(step) => match step.answer.reply() {
+                Some(Reply::Completed(_)) if step.command.kind() == CommandKind::Complete => {
                     completed[who].get_or_insert(index);
                 }
-                Reply::Replay { result, .. } if *result != StoredResult::Panicked => {
+                Some(Reply::Replay { result, .. }) if *result != StoredResult::Panicked => {
                     replayed[who].get_or_insert(index);
                 }
                 _ => {}

@@ -14,7 +14,6 @@ use idem_core::{Outcome, Protection, Recording};
 use super::answers::{answers, key_reuse};
 use super::honesty::honesty;
 use super::{Cause, Rule, Run, Verdict};
-use crate::history::EventKind;
 use crate::statement::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
@@ -173,12 +172,11 @@ fn left_to_its_lease(run: &Run<'_>, who: usize, lease_end: u64) -> Result<(), St
         .steps_of_record
         .get(facts.record)
         .map_or(&[][..], Vec::as_slice);
-    let reply_of = |step: usize| match &run.history.events[step].kind {
-        EventKind::Store {
-            answer: crate::history::Answer::Reply(reply),
-            ..
-        } => Some(reply),
-        _ => None,
+    let reply_of = |step: usize| {
+        run.history.events[step]
+            .kind
+            .store_step()
+            .and_then(|step| step.answer.reply())
     };
     let Some(granted) = steps
         .iter()

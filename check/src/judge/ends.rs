@@ -44,16 +44,10 @@ fn panics(run: &Run<'_>, found: &mut Vec<Violation>) {
         let who = event.who;
         let label = run.label(who);
         // The record its reserve was last answered from.
-        let source =
-            run.facts[who]
-                .replayed_from
-                .and_then(|step| match &history.events[step].kind {
-                    EventKind::Store {
-                        before: Some(record),
-                        ..
-                    } => run.attempt_of(record.owner()),
-                    _ => None,
-                });
+        let source = run.facts[who]
+            .replayed_from
+            .and_then(|step| history.events[step].kind.store_step()?.before.as_ref())
+            .and_then(|record| run.attempt_of(record.owner()));
         let from_a_panic = source.is_some_and(|writer| run.panicked(writer));
         let unknown = *result == StoredResult::Panicked;
         if from_a_panic != unknown {

@@ -6,7 +6,7 @@ use idem_core::record::{Completion, Record, Reply};
 use idem_core::{Outcome, Protection, Recording};
 
 use super::{Rule, Run, Violation};
-use crate::history::EventKind;
+use crate::history::StoreStep;
 
 /// The honesty half of `I7`: an attempt that reports its lease held (`lease_lost: false`,
 /// under a reservation) ran its action under a reservation granted to it; nobody else was
@@ -53,8 +53,8 @@ pub(super) fn honesty(run: &Run<'_>, found: &mut Vec<Violation>) {
             .filter(|&step| {
                 step < anchor
                     && run.history.events[step].who == who
-                    && matches!(&run.history.events[step].kind,
-                        EventKind::Store { answer: crate::history::Answer::Reply(Reply::Reserved(r)), .. }
+                    && matches!(run.history.events[step].kind.store_step(),
+                        Some(StoreStep { answer: crate::history::Answer::Reply(Reply::Reserved(r)), .. })
                             if r.owner == owner)
             })
             .max()
@@ -65,12 +65,12 @@ pub(super) fn honesty(run: &Run<'_>, found: &mut Vec<Violation>) {
         let until = reported.unwrap_or(usize::MAX);
         for &step in steps.iter().filter(|&&step| step > start && step < until) {
             let event = &run.history.events[step];
-            let EventKind::Store {
+            let Some(StoreStep {
                 command,
                 before,
                 answer: crate::history::Answer::Reply(reply),
                 after,
-            } = &event.kind
+            }) = event.kind.store_step()
             else {
                 continue;
             };

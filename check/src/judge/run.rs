@@ -7,7 +7,7 @@ use idem_core::record::{CommandKind, Record, Reply};
 use idem_core::{Abandonment, Outcome};
 
 use super::{Cause, Rule, Violation};
-use crate::history::{ActionEnd, EventKind, History, Received};
+use crate::history::{ActionEnd, EventKind, History, Received, StoreStep};
 
 /// What one attempt did, gathered in one pass over the history.
 #[derive(Debug, Clone, Default)]
@@ -238,12 +238,13 @@ impl<'h> Run<'h> {
                     facts.settled.get_or_insert(index);
                 }
                 EventKind::Stuck(_) | EventKind::Protocol(_) => facts.stopped = true,
-                EventKind::Store {
-                    command,
-                    before,
-                    answer,
-                    after,
-                } => {
+                EventKind::Store(step) => {
+                    let StoreStep {
+                        command,
+                        before,
+                        answer,
+                        after,
+                    } = &**step;
                     let Some(reply) = answer.reply() else {
                         continue;
                     };

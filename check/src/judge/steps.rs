@@ -12,7 +12,7 @@ use super::applied::{Step, store_step};
 use super::fences::Fences;
 use super::sent::command_sent;
 use super::{Rule, Run, Violation};
-use crate::history::{Answer, Event, EventKind, ShortRecord};
+use crate::history::{Answer, Event, EventKind, ShortRecord, StoreStep};
 
 pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     let history = run.history;
@@ -32,12 +32,13 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     let mut fences = Fences::new(run.steps_of_record.len());
     for (index, event) in history.events.iter().enumerate() {
         match &event.kind {
-            EventKind::Store {
-                command,
-                before,
-                answer,
-                after,
-            } => {
+            EventKind::Store(step) => {
+                let StoreStep {
+                    command,
+                    before,
+                    answer,
+                    after,
+                } = &**step;
                 command_sent(run, index, event, command, found);
                 let record = run.facts.get(event.who).map_or(0, |f| f.record);
                 let Answer::Reply(reply) = answer else {
@@ -114,7 +115,7 @@ fn lease_view(run: &Run<'_>, index: usize, event: &Event, until: u64) -> Option<
         .map(|&step| &run.history.events[step])
         .find(|e| e.at <= event.at)
         .and_then(|e| match &e.kind {
-            EventKind::Store { after, .. } => after.as_ref(),
+            EventKind::Store(step) => step.after.as_ref(),
             _ => None,
         });
     let owner = run.history.attempts[who].owner;

@@ -21,7 +21,7 @@ use idem_core::{Abandonment, Outcome};
 
 use super::effects::{cause_of, retention_expired};
 use super::{Cause, Rule, Run, Verdict};
-use crate::history::{ActionEnd, Answer, EventKind};
+use crate::history::{ActionEnd, Answer, EventKind, StoreStep};
 use crate::statement::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
@@ -153,12 +153,12 @@ fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
                 let step = index.checked_sub(1).and_then(|i| events.get(i));
                 let recorded = step.is_some_and(|step| {
                     step.who == who
-                        && matches!(&step.kind, EventKind::Store {
+                        && matches!(step.kind.store_step(), Some(StoreStep {
                             command: Command::Complete { .. },
                             answer: Answer::Reply(reply),
                             after: Some(Record::Completed { owner, result, .. }),
                             ..
-                        } if commits(reply)
+                        }) if commits(reply)
                             && *owner == run.history.attempts[who].owner
                             && match result {
                                 StoredResult::Value(body) => body.as_bytes() == id.as_bytes(),
@@ -169,7 +169,7 @@ fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
                 let wrote = run.transactional(who) && run.facts[who].wrote.is_some();
                 if !recorded || !wrote {
                     let answered = match step.map(|s| &s.kind) {
-                        Some(EventKind::Store { answer, .. }) => format!("{answer:?}"),
+                        Some(EventKind::Store(step)) => format!("{:?}", step.answer),
                         _ => "no store step".into(),
                     };
                     verdict.violations.push(run.violation(
@@ -181,13 +181,14 @@ fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
                     ));
                 }
             }
-            EventKind::Store {
-                command: Command::Complete { .. },
-                answer: Answer::Reply(reply),
-                before,
-                after,
-                ..
-            } if run.transactional(who) && commits(reply) && before != after => {
+            EventKind::Store(step)
+                if matches!(&**step, StoreStep {
+                    command: Command::Complete { .. },
+                    answer: Answer::Reply(reply),
+                    before,
+                    after,
+                } if run.transactional(who) && commits(reply) && before != after) =>
+            {
                 let committed = events.get(index + 1).is_some_and(|next| {
                     next.who == who && matches!(next.kind, EventKind::Committed { .. })
                 });

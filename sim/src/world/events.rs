@@ -1,7 +1,7 @@
 //! The event queue: what happens next, on simulated milliseconds, ordered by (time,
 //! sequence), and what comes back to a caller for one command.
 
-use std::cmp::Reverse;
+use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use idem_core::{Command, Reply};
@@ -84,14 +84,44 @@ pub(super) enum Answer {
     Corrupt,
 }
 
-/// The events still to happen. The heap orders small keys (time, sequence, slot) and the
-/// events wait in slots beside it, so a push or pop moves a few words, not an event: the
-/// order is (time, sequence) either way, and sequences are unique, so runs are unchanged.
+/// The events still to happen. The heap orders small keys and the events wait in slots
+/// beside it, so a push or pop moves two words, not an event. A key is the event's time and
+/// sequence in one number (time in the high half), so keys compare in one step and in the
+/// order (time, sequence); sequences are unique, so the order is total and runs are the
+/// same on every replay.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    order: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    order: BinaryHeap<Queued>,
     slots: Vec<Option<Event>>,
-    free: Vec<usize>,
+    free: Vec<u32>,
+}
+
+/// A key in the heap: `(time << 64) | sequence`, and the slot its event waits in; ordered
+/// by the key alone, the earliest the greatest (the heap pops its greatest).
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    key: u128,
+    slot: u32,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.key.cmp(&self.key)
+    }
 }
 
 impl Queue {
@@ -99,7 +129,7 @@ impl Queue {
         Self {
             order: BinaryHeap::with_capacity(capacity),
             slots: Vec::with_capacity(capacity),
-            free: Vec::new(),
+            free: Vec::with_capacity(capacity),
         }
     }
 
@@ -108,23 +138,53 @@ impl Queue {
     pub(super) fn push(&mut self, at: u64, seq: u64, event: Event) {
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slots[slot] = Some(event);
+                self.slots[slot as usize] = Some(event);
                 slot
             }
             None => {
                 self.slots.push(Some(event));
-                self.slots.len() - 1
+                // A run has at most a few hundred events queued at once; its event budget
+                // ends it long before four billion.
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
             }
         };
-        self.order.push(Reverse((at, seq, slot)));
+        let key = (u128::from(at) << 64) | u128::from(seq);
+        self.order.push(Queued { key, slot });
     }
 
     /// The earliest event and its time.
     pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
-        let Reverse((at, _, slot)) = self.order.pop()?;
+        let Queued { key, slot } = self.order.pop()?;
         // Every key in the heap names a slot its push filled, and only this pop empties it.
-        let event = self.slots.get_mut(slot).and_then(Option::take)?;
+        let event = self.slots.get_mut(slot as usize).and_then(Option::take)?;
         self.free.push(slot);
-        Some((at, event))
+        Some(((key >> 64) as u64, event))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events come out by time, and in the order they were queued at one time, however they
+    /// were queued.
+    #[test]
+    fn events_come_out_by_time_then_by_sequence() {
+        let mut queue = Queue::with_capacity(4);
+        let times = [30, 10, 20, 10, 30, 10, 0];
+        for (seq, at) in times.into_iter().enumerate() {
+            queue.push(at, seq as u64, Event::Wake { worker: seq as u32 });
+        }
+        let mut order = Vec::new();
+        while let Some((at, event)) = queue.pop() {
+            let Event::Wake { worker } = event else {
+                panic!("only wake-ups were queued");
+            };
+            order.push((at, worker));
+        }
+        assert_eq!(
+            order,
+            [(0, 6), (10, 1), (10, 3), (10, 5), (20, 2), (30, 0), (30, 4)]
+        );
     }
 }

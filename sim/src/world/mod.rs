@@ -43,6 +43,39 @@ use events::{Event, Queue};
 use store_node::storage_slots;
 use worker::{Client, Worker};
 
+/// Workers a run of `plan` is likely to make, reserved at its start: a worker holds its
+/// attempt and is large, and moving them all as the vector grows cost a run more than any
+/// of its events did. Each client's tries and its late retry, and a few deliveries of each
+/// message (the vector still grows past that, should a run need it).
+fn expected_workers(plan: &Plan) -> usize {
+    let tries: usize = plan
+        .clients
+        .iter()
+        .map(|client| client.max_tries as usize + 1)
+        .sum();
+    tries + plan.messages.len() * 4
+}
+
+/// A label: `prefix` and the decimal digits of `n` (`w12`, `m3`), written without the
+/// formatting machinery, which cost more than the rest of making a worker.
+pub(super) fn numbered(prefix: char, n: usize) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut label = String::with_capacity(1 + digits.len() - at);
+    label.push(prefix);
+    label.extend(digits[at..].iter().copied().map(char::from));
+    label
+}
+
 /// One run of a plan.
 pub(crate) struct World<'p> {
     plan: &'p Plan,
@@ -97,7 +130,7 @@ impl<'p> World<'p> {
             versions: vec![0; plan.slots.len()],
             fences: vec![idem_core::FenceCounter::default(); plan.slots.len()],
             committing: vec![None; plan.slots.len()],
-            workers: Vec::with_capacity(plan.clients.len() * 2),
+            workers: Vec::with_capacity(expected_workers(plan)),
             clients: plan.clients.iter().map(|_| Client::default()).collect(),
             held: plan.messages.iter().map(|_| Held::default()).collect(),
             report: RunReport {
@@ -134,7 +167,7 @@ impl<'p> World<'p> {
         world.trace_plan();
         for (m, message) in plan.messages.iter().enumerate() {
             world.history.add_message(idem_check::MessageSpec {
-                label: format!("m{m}"),
+                label: numbered('m', m),
                 key: message.slot,
             });
             world.report.broker.messages += 1;
@@ -403,5 +436,13 @@ mod tests {
         assert!(stuck >= 2, "{:?}", report.violations);
         let finished = World::new(&plan, Variant::Correct, rng, false).run();
         assert!(finished.violations.is_empty(), "{:?}", finished.violations);
+    }
+
+    /// Labels read as the formatting machinery would write them, at every number of digits.
+    #[test]
+    fn labels_are_the_prefix_and_the_number() {
+        for n in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
+            assert_eq!(numbered('w', n), format!("w{n}"));
+        }
     }
 }

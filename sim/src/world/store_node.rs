@@ -255,15 +255,7 @@ impl World<'_> {
         answer: StoreAnswer,
         after: Option<Record>,
     ) {
-        self.note(
-            worker,
-            EventKind::Store {
-                command,
-                before,
-                answer,
-                after,
-            },
-        );
+        self.note(worker, EventKind::store(command, before, answer, after));
     }
 
     /// The paths a store step took, counted (the checks are the judge's).
