@@ -130,8 +130,12 @@ impl Queue {
             }
         };
         let key = (u128::from(at) << 64) | u128::from(seq);
-        // Latest first: every key before the new one's place is later than it.
-        let place = self.order.partition_point(|queued| queued.key > key);
+        // Latest first: the new key goes after every later one. Searched from the end, where
+        // the earliest are: most events are due soon, so few keys are passed.
+        let mut place = self.order.len();
+        while place > 0 && self.order[place - 1].key < key {
+            place -= 1;
+        }
         self.order.insert(place, Queued { key, slot });
     }
 
