@@ -41,11 +41,15 @@ pub const STATS: &str = include_str!("../sql/stats.sql");
 pub const NOW: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Whether the row `r` is one this adapter wrote: a known state, a 16-byte owner, a
-/// 32-byte fingerprint, a deadline the record machine can hold, and a body exactly when
-/// the state is "completed with a value". Never NULL (every column but `body` is NOT NULL).
+/// 32-byte fingerprint, a deadline the record machine can hold, a body exactly when the
+/// state is "completed with a value", and a pending row's fence, if it has one, a fence the
+/// sequence hands out (above zero). The same rules as the row decoder's, so that no statement
+/// writes over, renews or takes over a row whose answer the decoder would then refuse.
+/// Never NULL (every column but `body` and `fence` is NOT NULL, and a NULL fence passes).
 pub const VALID: &str = "(r.state BETWEEN 1 AND 4 AND octet_length(r.owner) = 16 \
      AND octet_length(r.fingerprint) = 32 AND r.expires_at >= 0 \
-     AND (r.body IS NULL) = (r.state <> 2))";
+     AND (r.body IS NULL) = (r.state <> 2) \
+     AND (r.state <> 1 OR r.fence IS NULL OR r.fence > 0))";
 
 /// The statements of one store, for its table.
 #[derive(Debug, Clone)]

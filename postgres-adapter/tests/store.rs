@@ -355,6 +355,26 @@ async fn foreign_rows_are_reported_and_never_touched() {
             -5,
             "deadline of -5 ms",
         ),
+        // A pending row with a fence no sequence of ours hands out (set below): live, and
+        // expired (which a reserve would otherwise take over).
+        (
+            "fence-0",
+            1,
+            owner16.clone(),
+            fp32.clone(),
+            None,
+            far,
+            "a fence of 0",
+        ),
+        (
+            "expired-fence-0",
+            1,
+            owner16.clone(),
+            fp32.clone(),
+            None,
+            1,
+            "a fence of 0",
+        ),
         // Expired on any clock, and still not ours: never taken over, never swept.
         (
             "expired-foreign",
@@ -381,6 +401,13 @@ async fn foreign_rows_are_reported_and_never_touched() {
         .await
         .unwrap();
     }
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE {table} SET fence = 0 WHERE operation = $1 AND key LIKE '%fence-0'"
+    )))
+    .bind(o)
+    .execute(store.pool())
+    .await
+    .unwrap();
     let commands = [
         reserve(1, 1, 30_000),
         complete(1, 1, "x", 60_000),
