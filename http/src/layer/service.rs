@@ -400,3 +400,25 @@ impl<S: Store> Config<S> {
         problem.to_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use idem::{Coordinator, MemoryStore, Options};
+    use tower::Layer;
+
+    use crate::IdempotencyLayer;
+
+    /// What an operator's log shows of the service: its type, the layer's settings and the
+    /// service it wraps.
+    #[test]
+    fn its_debug_form_names_the_layer_settings_and_the_inner_service() {
+        let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
+        // Any value with a `Debug` form stands for the inner service.
+        let service = IdempotencyLayer::new(coordinator).layer("the charges handler");
+        let shown = format!("{service:?}");
+        assert!(shown.starts_with("Idempotency {"), "{shown}");
+        assert!(shown.contains("config: IdempotencyLayer {"), "{shown}");
+        assert!(shown.contains("key_required: true"), "{shown}");
+        assert!(shown.contains(r#"inner: "the charges handler""#), "{shown}");
+    }
+}
