@@ -403,10 +403,56 @@ impl<S: Store> Config<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::task::{Context, Poll, Waker};
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::Full;
     use idem::{Coordinator, MemoryStore, Options};
-    use tower::Layer;
+    use tower::{Layer, Service};
 
     use crate::IdempotencyLayer;
+
+    /// A service that is never ready: it says it is busy, or that it has failed.
+    #[derive(Debug, Clone)]
+    struct Unready {
+        failed: bool,
+    }
+
+    impl<B> Service<Request<B>> for Unready {
+        type Response = Response<Full<Bytes>>;
+        type Error = &'static str;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            if self.failed {
+                Poll::Ready(Err("the handler failed"))
+            } else {
+                Poll::Pending
+            }
+        }
+
+        fn call(&mut self, _: Request<B>) -> Self::Future {
+            std::future::ready(Ok(Response::new(Full::new(Bytes::new()))))
+        }
+    }
+
+    /// The layer is as ready as the service it wraps: a busy service's backpressure (a
+    /// concurrency limit, a load shedder) reaches the caller, and so does its failure, rather
+    /// than a request being taken that the service cannot serve.
+    #[test]
+    fn it_is_ready_when_the_service_it_wraps_is() {
+        let layer = IdempotencyLayer::new(Coordinator::new(MemoryStore::new(), Options::default()));
+        let mut cx = Context::from_waker(Waker::noop());
+        for (failed, expected) in [
+            (false, Poll::Pending),
+            (true, Poll::Ready(Err("the handler failed"))),
+        ] {
+            let mut service = layer.layer(Unready { failed });
+            let ready = Service::<Request<Full<Bytes>>>::poll_ready(&mut service, &mut cx);
+            assert_eq!(ready, expected);
+        }
+    }
 
     /// What an operator's log shows of the service: its type, the layer's settings and the
     /// service it wraps.
