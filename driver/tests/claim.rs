@@ -198,3 +198,44 @@ async fn the_future_never_resolves_once_the_action_returned_or_without_a_lease()
         .unwrap();
     assert_eq!(seen, "Unprotected None true");
 }
+
+/// A renewal the store refuses (here: the key turned out to hold a value that is not a
+/// record) ends the lease at once: the future resolves when the refusal comes back, not when
+/// the lease confirmed before it would have run out on the caller's clock. The claim is told
+/// of every change of its view as it happens, not only at the instants it counts to.
+#[tokio::test(start_paused = true)]
+async fn a_refused_renewal_resolves_the_future_when_it_comes_back() {
+    let lease = Duration::from_secs(30);
+    let store = FlakyStore::new(MemoryStore::new()).fault(CommandKind::Renew, 0..1, Fault::Corrupt);
+    let options = Options::builder()
+        .lease(lease)
+        .in_flight(InFlightPolicy::Raise)
+        .build()
+        .unwrap();
+    let coordinator = Coordinator::new(store, options).with_seed(45);
+    let fired = coordinator
+        .execute(
+            OP,
+            "k",
+            fingerprint("o", 1),
+            move |claim: Claim| async move {
+                let start = Instant::now();
+                let left_before = claim.lease_left().unwrap_or_default();
+                claim.lease_lost().await;
+                Ok::<_, ProviderTimeout>((start.elapsed(), left_before, claim.is_lease_lost()))
+            },
+        )
+        .await;
+    let (elapsed, left_before, lost) = match fired {
+        Ok(seen) => seen,
+        Err(err) => panic!("{err:?}"),
+    };
+    // The first renewal goes out a third of the way into the lease and is refused: the
+    // future resolves then, long before the 30 s confirmed at the start would have lapsed.
+    assert!(lost);
+    assert!(left_before > Duration::from_secs(29), "{left_before:?}");
+    assert!(
+        elapsed < Duration::from_secs(20),
+        "resolved only at {elapsed:?}, when the confirmed lease ran out"
+    );
+}
