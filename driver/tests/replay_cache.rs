@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FlakyStore, Provider, fingerprint};
+use common::{Fault, FlakyStore, Provider, fingerprint};
 use idem::replay_cache::CacheFlaw;
 use idem::{
     Coordinator, Error, Fingerprint, MemoryStore, Options, Provenance, ReplayCacheConfig, Store,
@@ -480,5 +480,57 @@ async fn memory_store_says_how_long_a_replayed_record_has_left() {
             result: StoredResult::NotStored,
             remaining: Some(Duration::from_secs(45)),
         }
+    );
+}
+
+/// A complete whose reply was lost is sent again, and the record the first one wrote lives
+/// its retention from the first: the cache counts from the first complete's send, never from
+/// the retry's, or it would replay a record the store has already let go (`I9`).
+#[tokio::test(start_paused = true)]
+async fn a_retried_complete_is_kept_from_the_first_send() {
+    // The first complete is applied and its answer lost; the retry comes a backoff later.
+    let store = Arc::new(FlakyStore::new(MemoryStore::new()).fault(
+        CommandKind::Complete,
+        0..1,
+        Fault::LoseReply,
+    ));
+    // The cache keeps a record 1% and 5 ms less than its retention: the retry comes later
+    // than that margin, so an entry counted from it would outlive the record.
+    let retention = Duration::from_secs(60);
+    let options = Options::builder()
+        .retention(retention)
+        .backoff_initial(Duration::from_secs(1))
+        .backoff_max(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let payments = Coordinator::from_shared(Arc::clone(&store), options)
+        .with_seed(11)
+        .with_replay_cache(bounds());
+    let provider = Arc::new(Provider::default());
+    let start = tokio::time::Instant::now();
+    let first = charge(&payments, &provider, "payment.charge", "k", 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.calls(CommandKind::Complete),
+        2,
+        "the complete was sent again"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+    // Just past the first complete's retention the store has let the record go: the call
+    // reaches it and runs again.
+    tokio::time::advance(retention + Duration::from_millis(1) - start.elapsed()).await;
+    let sent = commands(&store);
+    let after = charge(&payments, &provider, "payment.charge", "k", 100)
+        .await
+        .unwrap();
+    assert!(commands(&store) > sent, "served from memory: {after:?}");
+    assert!(
+        matches!(after.provenance, Provenance::Executed { .. }),
+        "{after:?} after {first:?}"
     );
 }
