@@ -179,3 +179,65 @@ async fn the_counters_add_up() {
     assert_eq!(counted.store_unavailable, 0);
     assert_eq!(counted.store_errors.complete, 3);
 }
+
+/// The warnings "the running action's lease is no longer confirmed" in what was captured.
+fn lease_warnings(captured: &Captured) -> Vec<String> {
+    captured
+        .lines()
+        .into_iter()
+        .filter(|line| line.contains("the running action's lease is no longer confirmed"))
+        .collect()
+}
+
+/// An operator is warned once, at WARN, when a running action's lease stops being
+/// confirmed, and never while it is confirmed: a renewal refused is one warning however
+/// long the action then runs, and an action that outlives its lease by renewing it is none.
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_stops_being_confirmed_is_one_warning() {
+    let (captured, _default) = capture();
+    let run_for = |time: Duration| {
+        move |_claim: idem::Claim| async move {
+            tokio::time::sleep(time).await;
+            Ok::<_, ProviderTimeout>(1)
+        }
+    };
+    let options = || {
+        Options::builder()
+            .lease(Duration::from_secs(3))
+            .in_flight(InFlightPolicy::Raise)
+            .build()
+            .unwrap()
+    };
+    // Renewed every second through a 10 s action: confirmed throughout.
+    let renewed = Coordinator::new(MemoryStore::new(), options()).with_seed(7);
+    renewed
+        .execute(
+            OP,
+            "kept",
+            fingerprint("o", 1),
+            run_for(Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease_warnings(&captured), Vec::<String>::new());
+    // The first renewal is refused (the key holds a value that is not a record): the lease
+    // is lost there, and the action runs 9 s more.
+    let store = FlakyStore::new(MemoryStore::new()).fault(
+        idem_core::record::CommandKind::Renew,
+        0..1,
+        Fault::Corrupt,
+    );
+    let refused = Coordinator::new(store, options()).with_seed(8);
+    let _ = refused
+        .execute(
+            OP,
+            "lost",
+            fingerprint("o", 2),
+            run_for(Duration::from_secs(10)),
+        )
+        .await;
+    let warnings = lease_warnings(&captured);
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("WARN"), "{warnings:#?}");
+    assert!(warnings[0].contains("key=lost"), "{warnings:#?}");
+}
