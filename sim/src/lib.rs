@@ -38,8 +38,9 @@
 //! assert!(summary.to_string().ends_with("violations: 0"));
 //! ```
 //!
-//! The simulation depends on `idem-core` and `idem-check`; `clap` and `indicatif` are used
-//! only by the binary (its command line and its progress bar). The same table on a real
+//! The simulation depends on `idem-core` and `idem-check`; `clap`, `indicatif` and
+//! `mimalloc` are used only by the binary (its command line, its progress bar and its
+//! allocator). The same table on a real
 //! Redis, and the Redis bench, are `idem-bench`'s: it runs [`SCENARIOS`] through the driver.
 
 mod explore;
