@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem::{
@@ -146,12 +146,14 @@ struct Rule {
 }
 
 /// A store that fails commands on a schedule: the `n`th call of a command (counting from
-/// zero) meets the first rule whose range holds `n`; `down` fails every command.
+/// zero) meets the first rule whose range holds `n`; `down` fails every command. It counts
+/// the commands and the watches it is asked for, and passes watches to the inner store.
 #[derive(Debug)]
 pub struct FlakyStore<S> {
     pub inner: S,
     rules: Mutex<Vec<Rule>>,
     calls: Mutex<HashMap<CommandKind, usize>>,
+    watches: AtomicUsize,
     down: AtomicBool,
 }
 
@@ -161,6 +163,7 @@ impl<S: Store> FlakyStore<S> {
             inner,
             rules: Mutex::default(),
             calls: Mutex::default(),
+            watches: AtomicUsize::new(0),
             down: AtomicBool::new(false),
         }
     }
@@ -193,6 +196,11 @@ impl<S: Store> FlakyStore<S> {
             .get(&command)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// How many watches were registered (`Store::watch`).
+    pub fn watches(&self) -> usize {
+        self.watches.load(Ordering::SeqCst)
     }
 
     fn fault_for(&self, command: CommandKind) -> Option<Fault> {
@@ -249,6 +257,15 @@ impl<S: Store> Store for FlakyStore<S> {
         key: &'a Key,
     ) -> impl Future<Output = ()> + Send + 'a {
         self.inner.changed(operation, key)
+    }
+
+    fn watch<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+    ) -> impl Future<Output = ()> + Send + 'a {
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        self.inner.watch(operation, key)
     }
 }
 
