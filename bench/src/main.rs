@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use idem_bench::redis::bench::{self, BenchConfig};
+use idem_bench::redis::bench::{self, BenchConfig, CallsPhase};
 use idem_bench::redis::table;
 
 const EXIT_STATUS: &str =
@@ -21,7 +21,8 @@ const EXIT_STATUS: &str =
     version,
     about = "idem on real stores: the article's table and the throughput bench",
     override_usage = "idem-bench table --redis URL\n       \
-        idem-bench bench --redis URL [--concurrency N[,N...]] [--window-ms MS] [--json]",
+        idem-bench bench --redis URL [--concurrency N[,N...]] [--window-ms MS] [--json]\n       \
+        idem-bench calls --redis URL --phase raw_fresh|fresh --calls N [--concurrency N]",
     after_help = EXIT_STATUS,
     arg_required_else_help = false
 )]
@@ -66,13 +67,46 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Exactly N calls of one phase and nothing else: run under callgrind to count what a
+    /// call costs the client
+    #[command(after_help = EXIT_STATUS)]
+    Calls {
+        /// The Redis server (standalone), e.g. redis://127.0.0.1:6379
+        #[arg(long, value_name = "URL")]
+        redis: String,
+        /// raw_fresh (the store's two commands) or fresh (`Coordinator::execute`)
+        #[arg(long, value_name = "PHASE", value_parser = ["raw_fresh", "fresh"])]
+        phase: String,
+        /// How many calls
+        #[arg(long, value_name = "N")]
+        calls: u64,
+        /// Calls at once
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 64,
+            value_parser = RangedU64ValueParser::<usize>::new().range(1..)
+        )]
+        concurrency: usize,
+    },
 }
 
 /// What the command line asked for.
 #[derive(Debug, Clone)]
 enum Command {
-    Table { url: String },
-    Bench { config: BenchConfig, json: bool },
+    Table {
+        url: String,
+    },
+    Bench {
+        config: BenchConfig,
+        json: bool,
+    },
+    Calls {
+        url: String,
+        phase: CallsPhase,
+        concurrency: usize,
+        calls: u64,
+    },
 }
 
 /// Parses the arguments after the program's name.
@@ -96,6 +130,21 @@ fn parse(args: &[String]) -> Result<Command, clap::Error> {
             };
             Command::Bench { config, json }
         }
+        Sub::Calls {
+            redis,
+            phase,
+            calls,
+            concurrency,
+        } => Command::Calls {
+            url: redis,
+            phase: if phase == "fresh" {
+                CallsPhase::Fresh
+            } else {
+                CallsPhase::RawFresh
+            },
+            concurrency,
+            calls,
+        },
     })
 }
 
@@ -165,6 +214,12 @@ fn main() -> ExitCode {
     let ok = match command {
         Command::Table { url } => runtime.block_on(redis_table(&url)),
         Command::Bench { config, json } => runtime.block_on(redis_bench(&config, json)),
+        Command::Calls {
+            url,
+            phase,
+            concurrency,
+            calls,
+        } => runtime.block_on(redis_calls(&url, phase, concurrency, calls)),
     };
     if ok {
         ExitCode::SUCCESS
@@ -217,6 +272,28 @@ async fn redis_bench(config: &BenchConfig, json: bool) -> bool {
     }
 }
 
+/// A fixed number of calls of one phase: one line of what ran; true when every call
+/// succeeded.
+async fn redis_calls(url: &str, phase: CallsPhase, concurrency: usize, calls: u64) -> bool {
+    match bench::calls(url, phase, concurrency, calls).await {
+        Ok(load) => {
+            println!(
+                "{phase:?} at {concurrency}: {} calls, {} errors, {:.0}/s, p50 {:?}, p99 {:?}",
+                load.calls,
+                load.errors,
+                load.per_second(),
+                load.p50,
+                load.p99
+            );
+            load.errors == 0
+        }
+        Err(err) => {
+            eprintln!("idem-bench calls: {err}");
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,7 +330,31 @@ mod tests {
             panic!("table did not parse");
         };
         assert_eq!(url, "redis://h:2");
+        let Ok(Command::Calls {
+            url,
+            phase,
+            concurrency,
+            calls,
+        }) = parse(&args("calls --redis redis://h:3 --phase fresh --calls 500"))
+        else {
+            panic!("calls did not parse");
+        };
+        assert_eq!(
+            (url.as_str(), phase, concurrency, calls),
+            ("redis://h:3", CallsPhase::Fresh, 64, 500)
+        );
+        let Ok(Command::Calls {
+            phase, concurrency, ..
+        }) = parse(&args(
+            "calls --redis u --phase raw_fresh --calls 1 --concurrency 8",
+        ))
+        else {
+            panic!("calls did not parse");
+        };
+        assert_eq!((phase, concurrency), (CallsPhase::RawFresh, 8));
         for (bad, says) in [
+            ("calls --redis u --phase other --calls 1", "--phase"),
+            ("calls --redis u --phase fresh", "--calls"),
             ("bench --concurrency 4", "--redis"),
             ("bench --redis u --concurrency 0", "--concurrency"),
             ("bench --redis u --concurrency x", "--concurrency"),

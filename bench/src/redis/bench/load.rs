@@ -40,10 +40,30 @@ impl LoadStats {
     }
 }
 
+/// When a load stops handing out calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// Once this much wall time has passed since the start: calls per second.
+    Window(Duration),
+    /// Once this many calls were handed out: a fixed amount of work, for counting what each
+    /// call costs (instructions under callgrind) rather than timing it.
+    Calls(u64),
+}
+
 /// Runs `call(i)` for i = 0, 1, 2, ... from `concurrency` tokio tasks until `window` has
 /// passed, and returns what was measured. Each `i` is handed out once, so calls can map it
 /// to a distinct key.
 pub async fn run<F, Fut, E>(concurrency: usize, window: Duration, call: F) -> LoadStats
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Send + 'static,
+{
+    run_until(concurrency, Until::Window(window), call).await
+}
+
+/// As [`run`], stopping as `until` says.
+pub async fn run_until<F, Fut, E>(concurrency: usize, until: Until, call: F) -> LoadStats
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send,
@@ -54,7 +74,6 @@ where
     let next = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let end = start + window;
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
         let call = Arc::clone(&call);
@@ -62,8 +81,15 @@ where
         let errors = Arc::clone(&errors);
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            while Instant::now() < end {
-                let i = next.fetch_add(1, Ordering::Relaxed);
+            loop {
+                let i = match until {
+                    Until::Window(window) if start.elapsed() >= window => break,
+                    Until::Window(_) => next.fetch_add(1, Ordering::Relaxed),
+                    Until::Calls(total) => match next.fetch_add(1, Ordering::Relaxed) {
+                        i if i >= total => break,
+                        i => i,
+                    },
+                };
                 let began = Instant::now();
                 match call(i).await {
                     Ok(()) => latencies.push(began.elapsed()),
@@ -147,5 +173,24 @@ mod tests {
         );
         assert!(stats.calls > 0 && stats.per_second() > 0.0);
         assert!(stats.p50 <= stats.p99);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_count_of_calls_hands_out_exactly_that_many() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        let stats = run_until(7, Until::Calls(100), move |i| {
+            let record = Arc::clone(&record);
+            async move {
+                record.lock().unwrap().push(i);
+                tokio::task::yield_now().await;
+                if i % 10 == 0 { Err(()) } else { Ok(()) }
+            }
+        })
+        .await;
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..100).collect::<Vec<_>>());
+        assert_eq!((stats.calls, stats.errors), (90, 10));
     }
 }

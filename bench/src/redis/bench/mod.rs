@@ -153,9 +153,9 @@ fn owner(run_salt: u64, i: u64) -> OwnerToken {
     OwnerToken::from_u128((u128::from(run_salt) << 64) | u128::from(i))
 }
 
-/// Runs the bench against `config.url`. Keys live under a prefix unique to this run and
-/// expire after the minimum retention.
-pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
+/// A salt unique to this run, the run's id made of it, and the store under a prefix of its
+/// own, so that runs never see each other's keys.
+async fn connect(url: &str) -> Result<(u64, String, RedisStore), BenchError> {
     let salt = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -166,19 +166,31 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
     let store = RedisStore::builder()
         .prefix(format!("idem-bench:{run_id}:"))
         .notice_health_check(Duration::from_secs(3600))
-        .connect(&config.url)
+        .connect(url)
         .await?;
-    let client = redis::Client::open(config.url.as_str())?;
-    let mut admin = client.get_multiplexed_async_connection().await?;
-    let ping_conn = ConnectionManager::new(client.clone()).await?;
-    let redis_version = server_version(&mut admin).await?;
-    let options = Options::builder()
+    Ok((salt, run_id, store))
+}
+
+/// The options of every bench call: the minimum retention, so that keys go soon.
+fn options() -> Result<Options, BenchError> {
+    Options::builder()
         .retention(Duration::from_secs(60))
         .build()
         .map_err(|e| BenchError::Prepare {
             phase: "options",
             detail: e.to_string(),
-        })?;
+        })
+}
+
+/// Runs the bench against `config.url`. Keys live under a prefix unique to this run and
+/// expire after the minimum retention.
+pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
+    let (salt, run_id, store) = connect(&config.url).await?;
+    let client = redis::Client::open(config.url.as_str())?;
+    let mut admin = client.get_multiplexed_async_connection().await?;
+    let ping_conn = ConnectionManager::new(client.clone()).await?;
+    let redis_version = server_version(&mut admin).await?;
+    let options = options()?;
     let coordinator = Arc::new(Coordinator::new(store.clone(), options.clone()));
 
     let mut levels = Vec::new();
@@ -258,6 +270,51 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
     })
 }
 
+/// A phase run for a fixed number of calls by [`calls`], to count what one call costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallsPhase {
+    /// The adapter's reserve and complete through [`Store::apply`], nothing around them.
+    RawFresh,
+    /// [`Coordinator::execute`] on a new key: the driver around the same two commands.
+    Fresh,
+}
+
+/// Runs exactly `total` calls of `phase` at `concurrency` on distinct new keys, and nothing
+/// else once connected: the harness for counting the client's instructions per call
+/// (BENCHMARKS.md, "The detached call's own cost"). Under callgrind, two runs of different
+/// totals subtract away the connection and the runtime's start.
+pub async fn calls(
+    url: &str,
+    phase: CallsPhase,
+    concurrency: usize,
+    total: u64,
+) -> Result<LoadStats, BenchError> {
+    let (salt, run_id, store) = connect(url).await?;
+    let options = options()?;
+    let until = load::Until::Calls(total);
+    Ok(match phase {
+        CallsPhase::RawFresh => {
+            load::run_until(concurrency, until, move |i| {
+                let (s, o) = (store.clone(), options.clone());
+                let k = key(&run_id, "raw", concurrency, i);
+                async move { raw_fresh(&s, &o, &k, owner(salt, i)).await }
+            })
+            .await
+        }
+        CallsPhase::Fresh => {
+            let coordinator = Arc::new(Coordinator::new(store, options));
+            load::run_until(concurrency, until, move |i| {
+                let (co, k) = (
+                    Arc::clone(&coordinator),
+                    key(&run_id, "fresh", concurrency, i),
+                );
+                async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
+            })
+            .await
+        }
+    })
+}
+
 /// A charge through the driver: the action returns a charge id after `takes`.
 async fn charge(
     coordinator: &Coordinator<RedisStore>,
@@ -279,21 +336,39 @@ async fn charge(
         .await
 }
 
+/// What identifies a request in the raw phases: its operation and its fingerprint, made once
+/// per call as a service makes them once per request (as `execute` takes them), so that the
+/// raw phases pay for them as the driver's do.
+struct Request {
+    operation: Operation,
+    fingerprint: Fingerprint,
+}
+
+impl Request {
+    fn new() -> Self {
+        Self {
+            operation: operation(),
+            fingerprint: fingerprint(),
+        }
+    }
+}
+
 /// The adapter's reserve, issued directly; `Err` describes any other answer than
 /// the one `expected` accepts.
 async fn reserve(
     store: &RedisStore,
     options: &Options,
+    request: &Request,
     key: &Key,
     owner: OwnerToken,
     expected: fn(&Reply) -> bool,
 ) -> Result<(), String> {
     let command = Command::Reserve {
         owner,
-        fingerprint: fingerprint(),
+        fingerprint: request.fingerprint,
         lease: options.lease(),
     };
-    match store.apply(&operation(), key, command).await {
+    match store.apply(&request.operation, key, command).await {
         Ok(reply) if expected(&reply) => Ok(()),
         other => Err(format!("reserve: {other:?}")),
     }
@@ -306,17 +381,18 @@ async fn raw_fresh(
     key: &Key,
     owner: OwnerToken,
 ) -> Result<(), String> {
-    reserve(store, options, key, owner, |r| {
+    let request = Request::new();
+    reserve(store, options, &request, key, owner, |r| {
         matches!(r, Reply::Reserved(_))
     })
     .await?;
     let complete = Command::Complete {
         owner,
-        fingerprint: fingerprint(),
+        fingerprint: request.fingerprint,
         result: idem::StoredResult::Value(idem::record::Body::new(&b"\"ch_1\""[..])),
         retention: options.retention(),
     };
-    match store.apply(&operation(), key, complete).await {
+    match store.apply(&request.operation, key, complete).await {
         Ok(Reply::Completed(_)) => Ok(()),
         other => Err(format!("complete: {other:?}")),
     }
@@ -329,7 +405,7 @@ async fn raw_replay(
     key: &Key,
     owner: OwnerToken,
 ) -> Result<(), String> {
-    reserve(store, options, key, owner, |r| {
+    reserve(store, options, &Request::new(), key, owner, |r| {
         matches!(r, Reply::Replay { .. })
     })
     .await
@@ -466,9 +542,14 @@ async fn record_sizes(
         phase: "record sizes",
         detail,
     };
-    reserve(store, &options, &pending, owner(7, 0), |r| {
-        matches!(r, Reply::Reserved(_))
-    })
+    reserve(
+        store,
+        &options,
+        &Request::new(),
+        &pending,
+        owner(7, 0),
+        |r| matches!(r, Reply::Reserved(_)),
+    )
     .await
     .map_err(prepare)?;
     raw_fresh(store, &options, &completed, owner(7, 1))
