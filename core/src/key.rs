@@ -60,10 +60,10 @@ impl Key {
         if key.is_empty() {
             return Err(KeyError::Empty);
         }
-        if let Some((position, found)) = key
-            .char_indices()
-            .find(|&(_, c)| !matches!(c, '\x21'..='\x7e'))
-        {
+        // Every byte before the first refused one is visible ASCII, so that byte starts a
+        // character, which the error names.
+        if let Some(position) = key.bytes().position(|b| !matches!(b, 0x21..=0x7e)) {
+            let found = key[position..].chars().next().unwrap_or_default();
             return Err(KeyError::InvalidCharacter { found, position });
         }
         if key.len() > MAX_KEY_LEN {
@@ -122,10 +122,12 @@ impl Operation {
         if name.is_empty() {
             return Err(OperationError::Empty);
         }
-        if let Some((position, found)) = name
-            .char_indices()
-            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        // As for a key: the first refused byte starts the character the error names.
+        if let Some(position) = name
+            .bytes()
+            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')))
         {
+            let found = name[position..].chars().next().unwrap_or_default();
             return Err(OperationError::InvalidCharacter { found, position });
         }
         if name.len() > MAX_OPERATION_LEN {

@@ -37,6 +37,14 @@ fn keys_are_refused_not_rewritten() {
             position: 0
         })
     );
+    // After visible ASCII, a character of several bytes: named whole, at its first byte.
+    assert_eq!(
+        Key::new("ab€c"),
+        Err(KeyError::InvalidCharacter {
+            found: '€',
+            position: 2
+        })
+    );
     assert_eq!(
         Key::new("k".repeat(256)),
         Err(KeyError::TooLong { len: 256 })
@@ -52,6 +60,13 @@ fn operations_are_validated() {
         Operation::new("pay charge"),
         Err(OperationError::InvalidCharacter {
             found: ' ',
+            position: 3
+        })
+    );
+    assert_eq!(
+        Operation::new("café"),
+        Err(OperationError::InvalidCharacter {
+            found: 'é',
             position: 3
         })
     );
