@@ -3,14 +3,15 @@
 //! The coordinator owns no decisions; each call builds an [`Attempt`] and pumps it (see the
 //! `call` module). How the call relates to its caller's future is explicit in the API:
 //!
-//! - **Detached** ([`execute`](Coordinator::execute), the default): from the moment its
-//!   action starts, the call runs on a task of its own and the caller's future only waits for
-//!   its answer. Dropping the caller's future (a client that hung up, a `TimeoutLayer` that
-//!   fired) does not stop the action: it runs to its end and its result is recorded exactly
-//!   as if the caller had stayed, so a retry waits for it and replays it. Before the action
-//!   starts (reserving, waiting for another holder), the call runs in the caller's future, so
-//!   a replay costs no task; a caller that goes away then leaves nothing run (a reservation
-//!   that may have landed is released). The action must be `Send + 'static`.
+//! - **Detached** ([`execute`](Coordinator::execute), the default): once its action starts,
+//!   the call outlives its caller. It runs in the caller's future while the caller waits for
+//!   it (no task is spawned for a call whose caller stays), and if that future is dropped (a
+//!   client that hung up, a `TimeoutLayer` that fired) the rest of the call moves whole to a
+//!   task of its own on the runtime it began on: the action runs to its end and its result
+//!   is recorded exactly as if the caller had stayed, so a retry waits for it and replays it.
+//!   Before the action starts (reserving, waiting for another holder), a caller that goes
+//!   away leaves nothing run (a reservation that may have landed is released). The action
+//!   must be `Send + 'static`.
 //! - **Attached** ([`execute_attached`](Coordinator::execute_attached)): the call runs
 //!   inside the caller's future, for actions that borrow or are not `Send`. Dropping that
 //!   future drops the action; the attempt is then abandoned
@@ -35,7 +36,7 @@ use crate::call::{Call, Ended, Paused};
 use crate::claim::Claim;
 use crate::clock::Clock;
 use crate::codec::{Codec, Json};
-use crate::detached::{DEFAULT_MAX_DETACHED, Detached, Refused, ShutdownReport};
+use crate::detached::{DEFAULT_MAX_DETACHED, Detached, Detaching, Refused, ShutdownReport};
 use crate::ending::Ending;
 use crate::entropy::Entropy;
 use crate::error::Error;
@@ -288,9 +289,9 @@ impl<S: Store> Coordinator<S> {
     /// `operation`, and returns its value; or, if an identical request already ran, returns
     /// that request's stored value without running `action`.
     ///
-    /// The call is **detached** (see the [module docs](self)): it runs on a task of its own,
-    /// so dropping the returned future never stops an action that started; the action runs
-    /// to its end and is recorded, and a retry gets its result.
+    /// The call is **detached** (see the [module docs](self)): dropping the returned future
+    /// never stops an action that started (the rest of the call moves to a task of its own);
+    /// the action runs to its end and is recorded, and a retry gets its result.
     ///
     /// The action receives a [`Claim`] with the key and the owner token. Its `Ok` value is
     /// stored as JSON and returned identically to every replay (`I8`); its `Err` releases the
@@ -535,11 +536,12 @@ impl<S: Store> Coordinator<S> {
 }
 
 /// Runs `call` detached: up to the moment its attempt hands the action out, in the caller's
-/// future (a replay, a refusal or a wait needs no task of its own, and a caller that goes
-/// away before the action started leaves nothing run); from then on, on a task of its own,
-/// which is not aborted when the returned future is dropped: that is the point of a detached
-/// call. The task holds one of the coordinator's detached places; with none free (the bound,
-/// or a stop under way) the action is never started and its reservation is released.
+/// future (a caller that goes away before the action started leaves nothing run); from then
+/// on, as a [`Detaching`] future: still polled by the caller while it waits, and moved to a
+/// task of its own, never aborted, if the returned future is dropped: that is the point of a
+/// detached call. The rest of the call holds one of the coordinator's detached places; with
+/// none free (the bound, or a stop under way) the action is never started and its
+/// reservation is released.
 async fn spawned<S, C, T, E, F, Fut>(
     mut call: Call<S, C, T, E>,
     action: F,
@@ -591,16 +593,11 @@ where
             }
         }
     };
-    // Boxed: the task holds the call and its action, several kilobytes that the runtime would
-    // otherwise copy on every move into and out of the task.
-    match tokio::spawn(Box::pin(task)).await {
-        Ok(Some(ended)) => resume(ended),
-        Ok(None) => Err(Error::RuntimeShutdown),
-        Err(error) => match error.try_into_panic() {
-            // A panic outside the action is a bug of this crate; it is not swallowed.
-            Ok(payload) => panic::resume_unwind(payload),
-            Err(_) => Err(Error::RuntimeShutdown),
-        },
+    // Boxed: the call and its action are several kilobytes, and a caller that goes away moves
+    // them to a task of their own.
+    match Detaching::new(Box::pin(task)).await {
+        Some(ended) => resume(ended),
+        None => Err(Error::RuntimeShutdown),
     }
 }
 

@@ -15,10 +15,14 @@
 //! [`Error::Overloaded`]: crate::Error::Overloaded
 //! [`Error::ShuttingDown`]: crate::Error::ShuttingDown
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, watch};
 
 /// The detached actions a coordinator allows at once by default.
@@ -175,5 +179,69 @@ impl Drop for Slot {
         if before == 1 && self.detached.is_closing() {
             self.detached.drained.notify_waiters();
         }
+    }
+}
+
+/// The rest of a detached call from its action's start: polled in the caller's future while
+/// the caller waits for it, and moved whole to a task of its own on the runtime the call began
+/// on if that future is dropped first (a client that hung up, a request timeout).
+///
+/// The caller's wait and the call are one task while both are wanted, which spares each call a
+/// spawn, a cross-thread wake and a join; the guarantee is the one a spawn at the start gives:
+/// the action and its recording run to their end whatever becomes of the caller. The move is
+/// a pointer's: `rest` is boxed, so nothing held across its awaits is moved. A future polled
+/// again on a new task registers its wakers anew (the `Future` contract), so nothing it
+/// waits for is lost in the move.
+pub(crate) struct Detaching<F: Future<Output: Send + 'static> + Send + 'static> {
+    rest: Option<Pin<Box<F>>>,
+    runtime: Option<Handle>,
+}
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> Detaching<F> {
+    /// `rest`, to be run in the caller's future, or on a task of its own on the current
+    /// runtime once the caller's future is dropped.
+    pub(crate) fn new(rest: Pin<Box<F>>) -> Self {
+        Self {
+            rest: Some(rest),
+            runtime: Handle::try_current().ok(),
+        }
+    }
+}
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> Future for Detaching<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let Some(rest) = self.rest.as_mut() else {
+            // Polled after it returned its output: a caller's bug, answered by never resolving.
+            return Poll::Pending;
+        };
+        let output = std::task::ready!(rest.as_mut().poll(cx));
+        self.rest = None;
+        Poll::Ready(output)
+    }
+}
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Detaching<F> {
+    fn drop(&mut self) {
+        let Some(rest) = self.rest.take() else {
+            return;
+        };
+        match &self.runtime {
+            // On a runtime that is shutting down the task is dropped at once, as a task
+            // spawned earlier would have been: the call's guard counts it left to its lease.
+            Some(runtime) => drop(runtime.spawn(rest)),
+            // Polled outside any tokio runtime (no store of ours can answer there): nothing
+            // can run on, and the call's guard settles what it holds (`left_to_lease`).
+            None => drop(rest),
+        }
+    }
+}
+
+impl<F: Future<Output: Send + 'static> + Send + 'static> std::fmt::Debug for Detaching<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detaching")
+            .field("running", &self.rest.is_some())
+            .finish_non_exhaustive()
     }
 }

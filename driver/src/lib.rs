@@ -91,10 +91,10 @@
 //! an action can run twice; comments here refer to them by name. The driver adds, for the
 //! ways a call can end abnormally (rule 11):
 //!
-//! - **A caller that goes away.** [`Coordinator::execute`] is detached: the call runs on a
-//!   task of its own, so a dropped caller's future (a client that hung up, a request
-//!   timeout) never stops an action that started; it runs to its end and is recorded, and
-//!   a retry gets its result. [`Coordinator::execute_attached`] runs in the caller's
+//! - **A caller that goes away.** [`Coordinator::execute`] is detached: a dropped caller's
+//!   future (a client that hung up, a request timeout) never stops an action that started;
+//!   the rest of the call moves to a task of its own, runs to its end and is recorded, and a
+//!   retry gets its result. [`Coordinator::execute_attached`] runs in the caller's
 //!   future; dropped mid-action, it leaves the key held until its lease ends (never
 //!   released), and counts and logs the drop.
 //! - **Panics.** An action that panics (or whose value panics while being encoded) is

@@ -2,8 +2,8 @@
 //!
 //! A caller's future can be dropped at any `.await` (a request timeout, a client that hung
 //! up, `tokio::select!` choosing another branch). In the coordinator's default, detached
-//! mode that drops only the caller's wait: the call runs on its own task to its end. An
-//! *attached* call ([`Coordinator::execute_attached`](crate::Coordinator::execute_attached))
+//! mode that drops only the caller's wait: the call moves to a task of its own and runs to
+//! its end. An *attached* call ([`Coordinator::execute_attached`](crate::Coordinator::execute_attached))
 //! runs inside the caller's future, so dropping that future drops the attempt mid-way, and
 //! `AttemptGuard` then [abandons](idem_core::Attempt::abandon) it: the attempt machine, not
 //! this module, decides what settles it (a release while no effect can have happened; the

@@ -104,6 +104,99 @@ async fn a_detached_call_dropped_after_its_charge_leaves_one_charge_and_the_retr
     );
 }
 
+/// Where a detached action runs: in the caller's task while the caller waits (no task is
+/// spawned for a call whose caller stays), and on a task of its own from the moment the
+/// caller's future is dropped, where it goes on from where it was and is recorded. The action
+/// waits on a channel across the move, so the test also shows its wake-ups follow it.
+#[tokio::test(start_paused = true)]
+async fn a_detached_action_runs_in_its_callers_task_and_moves_to_its_own_when_the_caller_goes() {
+    let coordinator = common::coordinator(Options::default());
+    let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
+    let (started, running) = tokio::sync::oneshot::channel();
+    let (ended, finished) = tokio::sync::oneshot::channel();
+    let caller = {
+        let coordinator = coordinator.clone();
+        tokio::spawn(async move {
+            let caller_task = tokio::task::id();
+            coordinator
+                .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
+                    let _ = started.send(tokio::task::id() == caller_task);
+                    let _ = wait.await;
+                    let _ = ended.send(tokio::task::id() == caller_task);
+                    Ok::<_, ProviderTimeout>(7_u32)
+                })
+                .await
+        })
+    };
+    assert!(
+        running.await.unwrap(),
+        "the action started in its caller's task"
+    );
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    let held = read(&**coordinator.store(), OP, "k").await;
+    assert!(matches!(held, Some(Record::Pending { .. })), "{held:?}");
+    go_on.send(()).unwrap();
+    assert!(
+        !finished.await.unwrap(),
+        "once its caller was gone, the action ended on a task of its own"
+    );
+    // The moved call records the action's value: a retry replays it.
+    let replay = coordinator
+        .execute_with_provenance(OP, "k", fingerprint("o", 1), |_claim| async {
+            Ok::<_, ProviderTimeout>(8_u32)
+        })
+        .await
+        .unwrap();
+    assert_eq!((replay.value, replay.provenance), (7, Provenance::Replayed));
+    let counted = coordinator.metrics();
+    assert_eq!(
+        (counted.executed, counted.abandoned, counted.left_to_lease),
+        (1, 0, 0)
+    );
+}
+
+/// A detached call whose future is dropped outside its runtime (kept by a caller that left
+/// `block_on`) still goes on: its rest is handed to the runtime it began on, and runs as soon
+/// as that runtime runs again.
+#[test]
+fn a_detached_call_dropped_outside_its_runtime_goes_on_when_the_runtime_runs() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let coordinator = runtime.block_on(async { common::coordinator(Options::default()) });
+    let (started, running) = tokio::sync::oneshot::channel();
+    let mut call = Box::pin({
+        let coordinator = coordinator.clone();
+        async move {
+            coordinator
+                .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
+                    let _ = started.send(());
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok::<_, ProviderTimeout>(7_u32)
+                })
+                .await
+        }
+    });
+    let mut running = running;
+    runtime.block_on(async {
+        tokio::select! {
+            _ = &mut call => unreachable!("the action sleeps"),
+            started = &mut running => started.unwrap(),
+        }
+    });
+    // Outside the runtime now.
+    drop(call);
+    runtime.block_on(async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let done = read(&**coordinator.store(), OP, "k").await;
+        assert!(matches!(done, Some(Record::Completed { .. })), "{done:?}");
+        assert_eq!(coordinator.metrics().left_to_lease, 0);
+    });
+}
+
 #[tokio::test(start_paused = true)]
 async fn under_raise_the_retry_is_told_in_progress_then_replays() {
     let raise = Options::builder()

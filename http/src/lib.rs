@@ -195,9 +195,9 @@
 //!    fingerprinted by its method, path and query, and body bytes (or named JSON fields, or
 //!    the service's own function). The same key with another fingerprint is 422, whether the
 //!    first request is still running or done.
-//! 4. **Once.** The handler runs on a task of its own (idem's detached call): a client that
-//!    hangs up or a `TimeoutLayer` that fires never stops a handler that started; it runs
-//!    to its end and its response is recorded, and the retry gets it.
+//! 4. **Once.** The handler runs as idem's detached call: a client that hangs up or a
+//!    `TimeoutLayer` that fires never stops a handler that started (it moves to a task of its
+//!    own); it runs to its end and its response is recorded, and the retry gets it.
 //! 5. **What is recorded.** The layer records what the handler decided and releases only
 //!    what it knows did nothing ([`Disposition`]): a response the handler marked
 //!    [`Disposition::Release`] (a provider that refused before charging; idem's own errors

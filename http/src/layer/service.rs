@@ -184,8 +184,9 @@ impl<S: Store> Config<S> {
             );
         let disposition = Arc::clone(&self.disposition);
         let limit = self.coordinator.options().max_body_bytes();
-        // Detached: the handler runs on a task of its own, to its end, and is recorded even
-        // if this future is dropped (the client hung up, a timeout outside the layer fired).
+        // Detached: the handler runs to its end and is recorded even if this future is
+        // dropped (the client hung up, a timeout outside the layer fired): it then moves to a
+        // task of its own.
         let call: Pin<Box<dyn Future<Output = CallAnswer<ResB, Svc::Error>> + Send + '_>> =
             match &self.begin {
                 None => Box::pin(handle.execute_with_ending(
