@@ -1,10 +1,12 @@
 //! The claim an action receives: which key it runs under, and whether it still holds it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_core::{DownstreamKey, Fence, Key, LeaseState, Operation, OwnerToken};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What the driver last learned of the action's reservation: the attempt machine's state,
@@ -46,6 +48,67 @@ impl LeaseView {
     }
 }
 
+/// The lease view shared between a running call, which publishes what its attempt knows, and
+/// the claims of its action, which read it when asked and wait on its changes.
+///
+/// A mutex around a small copyable value and one [`Notify`]: the call publishes a handful of
+/// times per action and the claim reads when its action asks, so neither side contends, and
+/// a change wakes only a `lease_lost` future that waits. Closed when the call stops
+/// publishing (the action returned): the lease then no longer matters to the action.
+#[derive(Debug)]
+struct LeaseCell {
+    view: Mutex<LeaseView>,
+    changed: Notify,
+    closed: AtomicBool,
+}
+
+impl LeaseCell {
+    fn get(&self) -> LeaseView {
+        // A poisoned lock still holds a whole `LeaseView` (a copy is written in one step).
+        *self.view.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The call's end of a claim's lease view: what it publishes, every claim made from it sees.
+/// Dropping it closes the view.
+#[derive(Debug)]
+pub(crate) struct LeasePublisher(Arc<LeaseCell>);
+
+impl LeasePublisher {
+    /// A view starting at `view`, and the publisher that moves it.
+    pub(crate) fn new(view: LeaseView) -> Self {
+        Self(Arc::new(LeaseCell {
+            view: Mutex::new(view),
+            changed: Notify::new(),
+            closed: AtomicBool::new(false),
+        }))
+    }
+
+    /// Replaces the view with `view` and wakes the waiters if it moved; returns the view it
+    /// replaced.
+    pub(crate) fn publish(&self, view: LeaseView) -> LeaseView {
+        let before = {
+            let mut current = self.0.view.lock().unwrap_or_else(PoisonError::into_inner);
+            std::mem::replace(&mut *current, view)
+        };
+        if before != view {
+            self.0.changed.notify_waiters();
+        }
+        before
+    }
+
+    fn cell(&self) -> Arc<LeaseCell> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Drop for LeasePublisher {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.changed.notify_waiters();
+    }
+}
+
 /// What an action knows about the reservation it runs under.
 ///
 /// The action gets its [`downstream_key`](Self::downstream_key) to pass on to a provider with
@@ -59,7 +122,7 @@ pub struct Claim {
     key: Key,
     owner: OwnerToken,
     fence: Option<Fence>,
-    lease: watch::Receiver<LeaseView>,
+    lease: Arc<LeaseCell>,
 }
 
 impl Claim {
@@ -68,14 +131,14 @@ impl Claim {
         key: Key,
         owner: OwnerToken,
         fence: Option<Fence>,
-        lease: watch::Receiver<LeaseView>,
+        lease: &LeasePublisher,
     ) -> Self {
         Self {
             operation,
             key,
             owner,
             fence,
-            lease,
+            lease: lease.cell(),
         }
     }
 
@@ -132,7 +195,7 @@ impl Claim {
     /// turns to `Unconfirmed` before the store can free the key, by construction (MODEL.md
     /// says by how much), whether or not the store still answers.
     pub fn lease(&self) -> LeaseState {
-        self.lease.borrow().at(Instant::now())
+        self.lease.get().at(Instant::now())
     }
 
     /// How long the lease is confirmed to last from now: zero once it is unconfirmed or
@@ -142,7 +205,7 @@ impl Claim {
     /// back after each confirmed renewal. It reaches zero at the instant [`lease`](Self::lease)
     /// turns from `Held`.
     pub fn lease_left(&self) -> Option<Duration> {
-        let view = *self.lease.borrow();
+        let view = self.lease.get();
         let now = Instant::now();
         match view.at(now) {
             LeaseState::Held => Some(
@@ -158,7 +221,7 @@ impl Claim {
     /// [`Unconfirmed`](LeaseState::Unconfirmed) or [`Lost`](LeaseState::Lost). The key may
     /// be another caller's now. This is what [`lease_lost`](Self::lease_lost) waits for.
     pub fn is_lease_lost(&self) -> bool {
-        self.lease.borrow().lapsed_at(Instant::now())
+        self.lease.get().lapsed_at(Instant::now())
     }
 
     /// Whether the action runs under a reservation (false when the store failed open).
@@ -200,21 +263,23 @@ impl Claim {
     /// # }
     /// ```
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut lease = self.lease.clone();
+        let lease = Arc::clone(&self.lease);
         async move {
             loop {
-                if lease.has_changed().is_err() {
+                // Made before the look, so that a change published after it wakes the wait.
+                let changed = lease.changed.notified();
+                if lease.closed.load(Ordering::Acquire) {
                     // The action returned: its lease no longer matters.
                     std::future::pending::<()>().await;
                 }
-                let view = *lease.borrow_and_update();
+                let view = lease.get();
                 if view.lapsed_at(Instant::now()) {
                     return;
                 }
                 let turn = view.turns_at();
                 tokio::select! {
                     biased;
-                    _ = lease.changed() => {}
+                    () = changed => {}
                     () = async {
                         match turn {
                             Some(until) => tokio::time::sleep_until(until).await,

@@ -2,10 +2,13 @@
 //! control it. The attempt machine reads no clock (rule 12); this is where its `now` comes
 //! from and where the instants it asks for are slept until.
 
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use idem_core::Timestamp;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Milliseconds in `elapsed`, saturating.
 pub(crate) fn millis(elapsed: Duration) -> u64 {
@@ -47,4 +50,33 @@ impl Clock {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Sets `timer`, the one timer a call keeps for its successive waits, to `until` on `clock`:
+/// a call then registers one tokio timer however many times it waits (moving a registered
+/// timer later takes no lock in tokio's timer wheel; dropping one does). `None`, or an instant
+/// past what a tokio timer can hold, leaves it as it is and unwatched. Returns whether the
+/// wait has a timer.
+pub(crate) fn arm(
+    mut timer: Pin<&mut Option<Sleep>>,
+    clock: &Clock,
+    until: Option<Timestamp>,
+) -> bool {
+    let Some(deadline) = until.and_then(|at| clock.instant(at)) else {
+        return false;
+    };
+    match timer.as_mut().as_pin_mut() {
+        Some(armed) if armed.deadline() == deadline => {}
+        Some(armed) => armed.reset(deadline),
+        None => timer.set(Some(tokio::time::sleep_until(deadline))),
+    }
+    true
+}
+
+/// Resolves once the instant `timer` was last [armed](arm) to has passed; pending while unset.
+pub(crate) fn fired(mut timer: Pin<&mut Option<Sleep>>) -> impl Future<Output = ()> + '_ {
+    poll_fn(move |cx| match timer.as_mut().as_pin_mut() {
+        Some(armed) => armed.poll(cx),
+        None => Poll::Pending,
+    })
 }

@@ -11,10 +11,9 @@ use std::pin::Pin;
 use futures::FutureExt;
 use idem_core::record::Body;
 use idem_core::{ActionResult, LeaseState, Timestamp};
-use tokio::sync::watch;
 
 use super::{ActionFuture, Call};
-use crate::claim::{Claim, LeaseView};
+use crate::claim::{Claim, LeasePublisher, LeaseView};
 use crate::codec::Codec;
 use crate::ending::Ending;
 use crate::error::Error;
@@ -45,7 +44,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                 running.set(AssertUnwindSafe(future).catch_unwind().fuse());
                 Ok(())
             }
-            Err(payload) => self.action_finished(Err::<Ending<T, E>, _>(payload)),
+            Err(payload) => self.action_finished(Err::<Ending<T, E>, _>(payload), now),
         }
     }
 
@@ -54,6 +53,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     pub(super) fn action_finished(
         &mut self,
         result: Result<impl Into<Ending<T, E>>, Box<dyn Any + Send>>,
+        now: Timestamp,
     ) -> Result<(), Error<E>> {
         // The claim's lease no longer matters; a lease-lost future now never resolves.
         self.lease = None;
@@ -100,7 +100,6 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             }
             Err(payload) => self.panicked(payload),
         };
-        let now = self.clock.now();
         self.guard.attempt.handle_action_result(fed, now)?;
         Ok(())
     }
@@ -118,15 +117,16 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
 
     /// The claim handed to the action, and the channel that keeps its lease view.
     fn claim(&mut self, now: Timestamp) -> Claim {
-        let (sender, receiver) = watch::channel(self.lease_view(now));
-        self.lease = Some(sender);
-        Claim::new(
+        let publisher = LeasePublisher::new(self.lease_view(now));
+        let claim = Claim::new(
             self.operation.clone(),
             self.key.clone(),
             self.guard.attempt.owner(),
             self.guard.attempt.fence(),
-            receiver,
-        )
+            &publisher,
+        );
+        self.lease = Some(publisher);
+        claim
     }
 
     fn lease_view(&self, now: Timestamp) -> LeaseView {
@@ -141,21 +141,15 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
 
     /// Tells the running action's claim what the attempt knows about its lease.
     pub(super) fn publish_lease(&self, now: Timestamp) {
-        let Some(sender) = &self.lease else {
+        let Some(publisher) = &self.lease else {
             return;
         };
         let view = self.lease_view(now);
         if view.state == LeaseState::NotRunning {
             return;
         }
-        let mut worse = false;
-        sender.send_if_modified(|current| {
-            let moved = *current != view;
-            worse = current.state != view.state && view.state != LeaseState::Held;
-            *current = view;
-            moved
-        });
-        if worse {
+        let before = publisher.publish(view);
+        if before.state != view.state && view.state != LeaseState::Held {
             tracing::warn!(
                 operation = %self.operation,
                 key = %self.key,

@@ -27,11 +27,10 @@ use futures::FutureExt;
 use futures::future::{Either, Fuse, FusedFuture};
 use idem_core::record::{CommandKind, Reply, StoredResult};
 use idem_core::{Key, Operation, ProtocolError, Step, Timestamp};
-use tokio::sync::watch;
 
 use crate::answer::Answer;
-use crate::claim::{Claim, LeaseView};
-use crate::clock::Clock;
+use crate::claim::{Claim, LeasePublisher};
+use crate::clock::{self, Clock};
 use crate::codec::Codec;
 use crate::ending::Ending;
 use crate::error::Error;
@@ -62,6 +61,18 @@ pub(crate) enum Paused<T, E> {
 /// future, which would otherwise hold it inline, is moved whole into its task.
 type ActionFuture<Fut> = Fuse<futures::future::CatchUnwind<AssertUnwindSafe<Pin<Box<Fut>>>>>;
 
+/// What woke a waiting call.
+enum Woke<A> {
+    /// The outstanding command's answer.
+    Answer(Result<Reply, StoreError>),
+    /// The action ended: its output, or its panic.
+    Action(A),
+    /// The key's record changed (a waiter's notice).
+    Notice,
+    /// The attempt's timer.
+    Timer,
+}
+
 impl<T, E> From<Error<E>> for Ended<T, E> {
     fn from(error: Error<E>) -> Self {
         Ended::Answer(Err(error))
@@ -90,7 +101,7 @@ pub(crate) struct Call<S: Store, C, T, E> {
     /// What the store said of a corrupt record.
     corrupt: Option<String>,
     /// Tells the action's claim about its lease while the action runs.
-    lease: Option<watch::Sender<LeaseView>>,
+    lease: Option<LeasePublisher>,
     /// A transactional action's open transaction, which takes the attempt's complete.
     transaction: Option<TransactionSlot>,
     /// Whether the attempt waited for another holder of the key.
@@ -223,12 +234,16 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         let mut command = pin!(Fuse::terminated());
         let mut sent: Option<CommandKind> = None;
         let mut watching = Watching::default();
+        let mut timer = pin!(None);
+        // The clock is read once each time the call wakes, and that reading serves every step
+        // taken before the next await: they are microseconds apart, and the attempt only
+        // needs `now` not to run backwards.
+        let mut now = self.clock.now();
         if run_now {
             let action = action.take().ok_or(ProtocolError::ActionNotRunning)?;
-            self.start(action, self.clock.now(), running.as_mut())?;
+            self.start(action, now, running.as_mut())?;
         }
         loop {
-            let now = self.clock.now();
             let step = self.guard.attempt.poll(now);
             if let Some(kind) = self.guard.attempt.take_given_up() {
                 // Rule 12: the attempt gave the command up at its reply deadline (and may
@@ -245,7 +260,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
             }
             self.publish_lease(now);
             match step {
-                Step::Done(outcome) => return Ok(Paused::Ended(self.conclude(outcome))),
+                Step::Done(outcome) => return Ok(Paused::Ended(self.conclude(outcome, now))),
                 Step::Run => match action.take() {
                     Some(action) => self.start(action, now, running.as_mut())?,
                     None => return Ok(Paused::AtRun),
@@ -304,17 +319,27 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                             _ => std::future::pending().await,
                         }
                     };
-                    tokio::select! {
+                    let timed = clock::arm(timer.as_mut(), &self.clock, until);
+                    let woke = tokio::select! {
                         biased;
                         answer = command.as_mut(), if !command.is_terminated() => {
-                            let kind = sent.take().ok_or(ProtocolError::NoCommandOutstanding)?;
-                            self.answered(kind, answer)?;
+                            Woke::Answer(answer)
                         }
                         result = running.as_mut(), if !running.is_terminated() => {
-                            self.action_finished(result)?;
+                            Woke::Action(result)
                         }
-                        () = notice => {
-                            if self.guard.attempt.handle_record_changed(self.clock.now()) {
+                        () = notice => Woke::Notice,
+                        () = clock::fired(timer.as_mut()), if timed => Woke::Timer,
+                    };
+                    now = self.clock.now();
+                    match woke {
+                        Woke::Answer(answer) => {
+                            let kind = sent.take().ok_or(ProtocolError::NoCommandOutstanding)?;
+                            self.answered(kind, answer, now)?;
+                        }
+                        Woke::Action(result) => self.action_finished(result, now)?,
+                        Woke::Notice => {
+                            if self.guard.attempt.handle_record_changed(now) {
                                 tracing::trace!(
                                     operation = %self.operation,
                                     key = %self.key,
@@ -322,7 +347,7 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                                 );
                             }
                         }
-                        () = self.clock.sleep_until(until) => {}
+                        Woke::Timer => {}
                     }
                 }
             }
@@ -334,8 +359,8 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
         &mut self,
         command: CommandKind,
         answer: Result<Reply, StoreError>,
+        now: Timestamp,
     ) -> Result<(), Error<E>> {
-        let now = self.clock.now();
         match answer {
             Ok(reply) => {
                 tracing::trace!(

@@ -3,7 +3,7 @@
 //! execution's provenance; a replay decoded from the stored result.
 
 use idem_core::record::{CommandKind, StoredResult};
-use idem_core::{Execution, Outcome, Protection, ProtocolError};
+use idem_core::{Execution, Outcome, Protection, ProtocolError, Timestamp};
 
 use super::{Call, Ended};
 use crate::answer::{Answer, Provenance};
@@ -14,9 +14,9 @@ use crate::store::{Store, StoreError};
 
 impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
     /// Turns the attempt's outcome into the call's result.
-    pub(super) fn conclude(&mut self, outcome: Outcome) -> Ended<T, E> {
+    pub(super) fn conclude(&mut self, outcome: Outcome, now: Timestamp) -> Ended<T, E> {
         if let Outcome::Executed(execution) | Outcome::Panicked(execution) = &outcome {
-            self.completed(execution, self.clock.now());
+            self.completed(execution, now);
         }
         let metrics = &self.metrics;
         let (operation, key) = (&self.operation, &self.key);
