@@ -52,31 +52,27 @@ impl Clock {
     }
 }
 
-/// Sets `timer`, the one timer a call keeps for its successive waits, to `until` on `clock`:
-/// a call then registers one tokio timer however many times it waits (moving a registered
-/// timer later takes no lock in tokio's timer wheel; dropping one does). `None`, or an instant
-/// past what a tokio timer can hold, leaves it as it is and unwatched. Returns whether the
-/// wait has a timer.
-pub(crate) fn arm(
+/// Resolves once `deadline` has passed, on `timer`, the one timer a call keeps for its
+/// successive waits: the timer is made, or moved to `deadline`, only when this is polled,
+/// that is when nothing the call waits for with more priority is ready. A call then
+/// registers one tokio timer however many times it waits (moving a registered timer later
+/// takes no lock in tokio's timer wheel; dropping one does). `None` never resolves.
+pub(crate) fn fired(
     mut timer: Pin<&mut Option<Sleep>>,
-    clock: &Clock,
-    until: Option<Timestamp>,
-) -> bool {
-    let Some(deadline) = until.and_then(|at| clock.instant(at)) else {
-        return false;
-    };
-    match timer.as_mut().as_pin_mut() {
-        Some(armed) if armed.deadline() == deadline => {}
-        Some(armed) => armed.reset(deadline),
-        None => timer.set(Some(tokio::time::sleep_until(deadline))),
-    }
-    true
-}
-
-/// Resolves once the instant `timer` was last [armed](arm) to has passed; pending while unset.
-pub(crate) fn fired(mut timer: Pin<&mut Option<Sleep>>) -> impl Future<Output = ()> + '_ {
-    poll_fn(move |cx| match timer.as_mut().as_pin_mut() {
-        Some(armed) => armed.poll(cx),
-        None => Poll::Pending,
+    deadline: Option<Instant>,
+) -> impl Future<Output = ()> + '_ {
+    poll_fn(move |cx| {
+        let Some(deadline) = deadline else {
+            return Poll::Pending;
+        };
+        match timer.as_mut().as_pin_mut() {
+            Some(armed) if armed.deadline() == deadline => {}
+            Some(armed) => armed.reset(deadline),
+            None => timer.set(Some(tokio::time::sleep_until(deadline))),
+        }
+        match timer.as_mut().as_pin_mut() {
+            Some(armed) => armed.poll(cx),
+            None => Poll::Pending,
+        }
     })
 }

@@ -30,6 +30,7 @@ use idem_core::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::runtime::Handle;
 
 use crate::answer::Answer;
 use crate::call::{Call, Ended, Paused};
@@ -291,7 +292,12 @@ impl<S: Store> Coordinator<S> {
     ///
     /// The call is **detached** (see the [module docs](self)): dropping the returned future
     /// never stops an action that started (the rest of the call moves to a task of its own);
-    /// the action runs to its end and is recorded, and a retry gets its result.
+    /// the action runs to its end and is recorded, and a retry gets its result. Until then
+    /// the call runs in the returned future, so await it: a future kept without being polled
+    /// stalls its action and its lease's renewals (a lease that lapses meanwhile is reported,
+    /// `lease_lost`), and one leaked with `mem::forget` keeps its detached place. Polled
+    /// outside a tokio runtime, the call refuses to start its action
+    /// ([`Error::RuntimeShutdown`]).
     ///
     /// The action receives a [`Claim`] with the key and the owner token. Its `Ok` value is
     /// stored as JSON and returned identically to every replay (`I8`); its `Err` releases the
@@ -559,6 +565,14 @@ where
     if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
         return resume(ended);
     }
+    // The action may have to outlive its caller on a task of its own, which needs a runtime
+    // to run on: without one (a caller that polls this outside tokio), it is not started.
+    let Ok(runtime) = Handle::try_current() else {
+        let (operation, key) = call.names();
+        call.decline_run();
+        tracing::warn!(%operation, %key, "refused: a detached call outside a tokio runtime cannot outlive its caller; its action was not started");
+        return Err(Error::RuntimeShutdown);
+    };
     let mut slot = match detached.enter() {
         Ok(slot) => slot,
         Err(refused) => {
@@ -595,7 +609,7 @@ where
     };
     // Boxed: the call and its action are several kilobytes, and a caller that goes away moves
     // them to a task of their own.
-    match Detaching::new(Box::pin(task)).await {
+    match Detaching::new(Box::pin(task), runtime).await {
         Some(ended) => resume(ended),
         None => Err(Error::RuntimeShutdown),
     }

@@ -16,6 +16,7 @@
 //! [`Error::ShuttingDown`]: crate::Error::ShuttingDown
 
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -192,18 +193,22 @@ impl Drop for Slot {
 /// a pointer's: `rest` is boxed, so nothing held across its awaits is moved. A future polled
 /// again on a new task registers its wakers anew (the `Future` contract), so nothing it
 /// waits for is lost in the move.
+///
+/// A panic out of `rest` (not the action's, which the call catches and records: a bug of this
+/// crate or of a store) is resumed in the caller, and `rest` is dropped then, never moved: a
+/// future that panicked must not be polled again.
 pub(crate) struct Detaching<F: Future<Output: Send + 'static> + Send + 'static> {
     rest: Option<Pin<Box<F>>>,
-    runtime: Option<Handle>,
+    runtime: Handle,
 }
 
 impl<F: Future<Output: Send + 'static> + Send + 'static> Detaching<F> {
-    /// `rest`, to be run in the caller's future, or on a task of its own on the current
-    /// runtime once the caller's future is dropped.
-    pub(crate) fn new(rest: Pin<Box<F>>) -> Self {
+    /// `rest`, to be run in the caller's future, or on a task of its own on `runtime` once
+    /// the caller's future is dropped.
+    pub(crate) fn new(rest: Pin<Box<F>>, runtime: Handle) -> Self {
         Self {
             rest: Some(rest),
-            runtime: Handle::try_current().ok(),
+            runtime,
         }
     }
 }
@@ -216,9 +221,17 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Future for Detaching<F>
             // Polled after it returned its output: a caller's bug, answered by never resolving.
             return Poll::Pending;
         };
-        let output = std::task::ready!(rest.as_mut().poll(cx));
-        self.rest = None;
-        Poll::Ready(output)
+        match panic::catch_unwind(AssertUnwindSafe(|| rest.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                self.rest = None;
+                Poll::Ready(output)
+            }
+            Err(payload) => {
+                self.rest = None;
+                panic::resume_unwind(payload)
+            }
+        }
     }
 }
 
@@ -227,14 +240,9 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Detaching<F> {
         let Some(rest) = self.rest.take() else {
             return;
         };
-        match &self.runtime {
-            // On a runtime that is shutting down the task is dropped at once, as a task
-            // spawned earlier would have been: the call's guard counts it left to its lease.
-            Some(runtime) => drop(runtime.spawn(rest)),
-            // Polled outside any tokio runtime (no store of ours can answer there): nothing
-            // can run on, and the call's guard settles what it holds (`left_to_lease`).
-            None => drop(rest),
-        }
+        // On a runtime that is shutting down the task is dropped at once, as a task spawned
+        // earlier would have been: the call's guard counts it left to its lease.
+        drop(self.runtime.spawn(rest));
     }
 }
 

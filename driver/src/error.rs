@@ -89,7 +89,9 @@ pub enum Error<E> {
     /// The call's detached action was cut mid-run, by the tokio runtime's end or by
     /// [`Coordinator::shutdown`](crate::Coordinator::shutdown)'s deadline: its effect may have
     /// begun, so its key is left to its lease (never released); a retry after the lease
-    /// replays or runs it.
+    /// replays or runs it. Also a detached call polled outside any tokio runtime, whose
+    /// action is then never started (it could not outlive its caller): nothing ran, and its
+    /// reservation is released, or left to its lease where no runtime can send the release.
     #[error("the runtime shut down before the call ended")]
     RuntimeShutdown,
     /// The coordinator is stopping ([`Coordinator::shutdown`](crate::Coordinator::shutdown)):

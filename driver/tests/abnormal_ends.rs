@@ -197,6 +197,24 @@ fn a_detached_call_dropped_outside_its_runtime_goes_on_when_the_runtime_runs() {
     });
 }
 
+/// A detached call polled outside any tokio runtime cannot outlive its caller (there is no
+/// runtime to move it to), so its action is never started: the caller is told
+/// `RuntimeShutdown`, and nothing ran. No panic.
+#[test]
+fn a_detached_call_outside_any_runtime_is_refused_before_its_action_starts() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
+    let ran = Arc::new(Mutex::new(false));
+    let answer = futures::executor::block_on(coordinator.execute(OP, "k", fingerprint("o", 1), {
+        let ran = Arc::clone(&ran);
+        move |_claim| async move {
+            *ran.lock().unwrap() = true;
+            Ok::<_, ProviderTimeout>(1_u32)
+        }
+    }));
+    assert!(matches!(answer, Err(Error::RuntimeShutdown)), "{answer:?}");
+    assert!(!*ran.lock().unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn under_raise_the_retry_is_told_in_progress_then_replays() {
     let raise = Options::builder()

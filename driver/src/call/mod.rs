@@ -319,7 +319,8 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                             _ => std::future::pending().await,
                         }
                     };
-                    let timed = clock::arm(timer.as_mut(), &self.clock, until);
+                    // An instant past what a tokio timer can hold is the end of time.
+                    let deadline = until.and_then(|at| self.clock.instant(at));
                     let woke = tokio::select! {
                         biased;
                         answer = command.as_mut(), if !command.is_terminated() => {
@@ -329,7 +330,9 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                             Woke::Action(result)
                         }
                         () = notice => Woke::Notice,
-                        () = clock::fired(timer.as_mut()), if timed => Woke::Timer,
+                        () = clock::fired(timer.as_mut(), deadline), if deadline.is_some() => {
+                            Woke::Timer
+                        }
                     };
                     now = self.clock.now();
                     match woke {

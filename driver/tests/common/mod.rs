@@ -136,6 +136,8 @@ pub enum Fault {
     Hang,
     /// The store answers that the key holds a value that is not a record.
     Corrupt,
+    /// The store panics (a bug of the store's): the command is not applied.
+    Panic,
 }
 
 #[derive(Debug)]
@@ -248,6 +250,7 @@ impl<S: Store> Store for FlakyStore<S> {
                 key: format!("{operation}:{key}"),
                 detail: "injected: a value that is not a record".into(),
             }),
+            Some(Fault::Panic) => panic!("injected: the store panicked"),
         }
     }
 
