@@ -148,11 +148,12 @@ mod tests {
         assert_eq!(percentile(&[], 50), Duration::ZERO);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_index_is_handed_out_once_and_errors_are_counted() {
+    /// A load of `until` at `concurrency` whose calls fail for every tenth index: what it
+    /// measured, and the indices it handed out, in the order they were handed.
+    async fn recorded(concurrency: usize, until: Until) -> (LoadStats, Vec<u64>) {
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = Arc::clone(&seen);
-        let stats = run(8, Duration::from_millis(50), move |i| {
+        let stats = run_until(concurrency, until, move |i| {
             let record = Arc::clone(&record);
             async move {
                 record.lock().unwrap().push(i);
@@ -161,7 +162,13 @@ mod tests {
             }
         })
         .await;
-        let mut seen = seen.lock().unwrap().clone();
+        let seen = seen.lock().unwrap().clone();
+        (stats, seen)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_index_is_handed_out_once_and_errors_are_counted() {
+        let (stats, mut seen) = recorded(8, Until::Window(Duration::from_millis(50))).await;
         let total = seen.len() as u64;
         seen.sort_unstable();
         seen.dedup();
@@ -177,18 +184,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_count_of_calls_hands_out_exactly_that_many() {
-        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let record = Arc::clone(&seen);
-        let stats = run_until(7, Until::Calls(100), move |i| {
-            let record = Arc::clone(&record);
-            async move {
-                record.lock().unwrap().push(i);
-                tokio::task::yield_now().await;
-                if i % 10 == 0 { Err(()) } else { Ok(()) }
-            }
-        })
-        .await;
-        let mut seen = seen.lock().unwrap().clone();
+        let (stats, mut seen) = recorded(7, Until::Calls(100)).await;
         seen.sort_unstable();
         assert_eq!(seen, (0..100).collect::<Vec<_>>());
         assert_eq!((stats.calls, stats.errors), (90, 10));
