@@ -245,3 +245,24 @@ async fn a_body_is_captured_against_the_limit_less_its_stored_head() {
     let value = codec().capture(response_of(1), overhead - 1).await;
     assert!(matches!(&value.body, CapturedBody::Overflow { .. }));
 }
+
+/// A body that comes in one frame, the usual case (a handler's `Full` body), is kept as that
+/// frame's bytes, not copied; one in several frames is joined in order.
+#[tokio::test]
+async fn a_body_in_one_frame_is_kept_without_a_copy() {
+    let body = Bytes::from(vec![b'x'; 4096]);
+    let response = Response::new(Full::new(body.clone()));
+    match capture(response, 8192).await.body {
+        CapturedBody::Complete { data, .. } => {
+            assert_eq!(data, body);
+            assert_eq!(data.as_ptr(), body.as_ptr(), "the frame was copied");
+        }
+        _ => panic!("not complete"),
+    }
+    match capture(Response::new(chunks(3)), 8192).await.body {
+        CapturedBody::Complete { data, .. } => {
+            assert_eq!(data, [[0; 10], [1; 10], [2; 10]].concat());
+        }
+        _ => panic!("not complete"),
+    }
+}
