@@ -266,3 +266,43 @@ async fn a_body_in_one_frame_is_kept_without_a_copy() {
         _ => panic!("not complete"),
     }
 }
+
+/// A captured response's body read `read` first, then `rest`.
+fn chained(read: &[u8], rest: &[u8]) -> ResponseBody<Full<Bytes>> {
+    let (parts, ()) = Response::new(()).into_parts();
+    let body = CapturedBody::Overflow {
+        read: Bytes::copy_from_slice(read),
+        rest: Box::pin(Full::new(Bytes::copy_from_slice(rest))),
+    };
+    Captured { parts, body }.into_response().into_body()
+}
+
+/// What a body tells the server before it is read (hyper sizes and ends a response by it):
+/// its length when known, the bytes already read counted in, and whether anything is left.
+#[test]
+fn a_body_says_its_size_and_whether_anything_is_left() {
+    let full = ResponseBody::<Full<Bytes>>::full(Bytes::from_static(b"abc"));
+    assert_eq!(full.size_hint().exact(), Some(3));
+    assert!(!full.is_end_stream());
+    assert!(ResponseBody::<Full<Bytes>>::default().is_end_stream());
+    let over = chained(&[1; 5], &[2; 10]);
+    let hint = over.size_hint();
+    assert_eq!((hint.lower(), hint.upper()), (15, Some(15)));
+    assert!(!over.is_end_stream());
+    // Read bytes still to send, though the rest has ended: not ended.
+    assert!(!chained(&[1; 5], &[]).is_end_stream());
+    assert!(chained(&[], &[]).is_end_stream());
+    // A body that failed after nothing was read still has its error to tell.
+    let (parts, ()) = Response::new(()).into_parts();
+    let body = CapturedBody::<Full<Bytes>>::Failed {
+        read: Bytes::new(),
+        error: "the handler's body failed".into(),
+    };
+    let failed = Captured { parts, body }.into_response().into_body();
+    assert!(!failed.is_end_stream());
+    assert_eq!(failed.size_hint().upper(), Some(0));
+    assert_eq!(
+        format!("{full:?} {over:?}"),
+        r#"ResponseBody { kind: "full" } ResponseBody { kind: "chained" }"#
+    );
+}
