@@ -245,11 +245,3 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Detaching<F> {
         drop(self.runtime.spawn(rest));
     }
 }
-
-impl<F: Future<Output: Send + 'static> + Send + 'static> std::fmt::Debug for Detaching<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Detaching")
-            .field("running", &self.rest.is_some())
-            .finish_non_exhaustive()
-    }
-}
