@@ -24,7 +24,7 @@ use crate::claimed::Claimed;
 use crate::disposition::Disposition;
 use crate::header::{KeyHeaderError, key_from_headers};
 use crate::problem::{Problem, ProblemType};
-use crate::response::{Captured, ResponseBody, capture};
+use crate::response::{Captured, ResponseBody, ResponseCodec};
 use crate::telemetry::{Event, Route};
 
 /// The service an [`IdempotencyLayer`](super::IdempotencyLayer) makes around `Svc`.
@@ -66,10 +66,13 @@ enum Failure<B, E> {
 }
 
 /// Calls the handler (the inner service, made ready) and turns its response into the
-/// call's ending by its [`Disposition`]; a recorded response is read up to `limit`.
+/// call's ending by its [`Disposition`]; a recorded response is read up to what the store
+/// keeps of it: `limit` (the coordinator's `max_body_bytes`) less what `codec` stores of its
+/// head.
 async fn respond<B, E>(
     call: impl Future<Output = Result<Response<B>, E>>,
     disposition: &DispositionFn,
+    codec: &ResponseCodec,
     limit: usize,
 ) -> Ending<Captured<B>, Failure<B, E>>
 where
@@ -85,7 +88,7 @@ where
     let verdict = disposition(&parts);
     let response = Response::from_parts(parts, body);
     match verdict {
-        Disposition::Record => Ending::Succeeded(capture(response, limit).await),
+        Disposition::Record => Ending::Succeeded(codec.capture(response, limit).await),
         Disposition::Release => Ending::Failed(Failure::Unrecorded(response)),
         Disposition::Unknown => Ending::Unknown(Failure::Unrecorded(response)),
     }
@@ -183,6 +186,7 @@ impl<S: Store> Config<S> {
                 self.codec.clone(),
             );
         let disposition = Arc::clone(&self.disposition);
+        let codec = self.codec.clone();
         let limit = self.coordinator.options().max_body_bytes();
         // Detached: the handler runs to its end and is recorded even if this future is
         // dropped (the client hung up, a timeout outside the layer fired): it then moves to a
@@ -199,7 +203,7 @@ impl<S: Store> Config<S> {
                         }
                         let mut request = request;
                         request.extensions_mut().insert(Claimed(claim));
-                        respond(inner.call(request), &*disposition, limit).await
+                        respond(inner.call(request), &*disposition, &codec, limit).await
                     },
                 )),
                 Some(begin) => {
@@ -221,7 +225,8 @@ impl<S: Store> Config<S> {
                                 Err(error) => return Ending::Failed(Failure::Begin(error)),
                             };
                             loan.lend(request.extensions_mut());
-                            let ending = respond(inner.call(request), &*disposition, limit).await;
+                            let ending =
+                                respond(inner.call(request), &*disposition, &codec, limit).await;
                             // The response is read: the transaction must be back in its slot.
                             let transaction = loan.take_back();
                             match (ending, transaction) {

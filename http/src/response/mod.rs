@@ -77,14 +77,6 @@ impl ResponseCodec {
     /// the [`overhead`](ResponseCodec::overhead) of its status and stored headers. A body
     /// within that is stored whole; a longer one is not stored, and is still sent whole to
     /// its caller.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the layer still captures against the whole limit; its call becomes \
-                      `codec.capture(response, limit)`"
-        )
-    )]
     pub(crate) async fn capture<B>(&self, response: Response<B>, max_stored: usize) -> Captured<B>
     where
         B: Body<Data = Bytes>,
