@@ -197,6 +197,41 @@ fn a_detached_call_dropped_outside_its_runtime_goes_on_when_the_runtime_runs() {
     });
 }
 
+/// The runtime ends while a detached call's action runs in its caller's task: the caller's
+/// task is dropped with the runtime, the rest of the call it held has no runtime left to
+/// move to and is dropped too (never leaked, never run on), and its key is left to its lease,
+/// never released, and counted `left_to_lease` (MODEL.md, "Detached and attached calls").
+#[test]
+fn a_runtime_that_ends_mid_action_leaves_the_detached_key_to_its_lease_and_counts_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let coordinator = runtime.block_on(async { common::coordinator(Options::default()) });
+    let (started, running) = std::sync::mpsc::channel();
+    runtime.spawn({
+        let coordinator = coordinator.clone();
+        async move {
+            coordinator
+                .execute(OP, "k", fingerprint("o", 1), move |_claim| async move {
+                    let _ = started.send(());
+                    std::future::pending::<Result<u32, ProviderTimeout>>().await
+                })
+                .await
+        }
+    });
+    running.recv_timeout(Duration::from_secs(10)).unwrap();
+    drop(runtime);
+    assert_eq!(coordinator.metrics().left_to_lease, 1);
+    let after = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = after.block_on(read(&**coordinator.store(), OP, "k"));
+    assert!(matches!(held, Some(Record::Pending { .. })), "{held:?}");
+}
+
 /// A detached call polled outside any tokio runtime cannot outlive its caller (there is no
 /// runtime to move it to), so its action is never started: the caller is told
 /// `RuntimeShutdown`, and nothing ran. No panic.
