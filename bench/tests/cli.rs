@@ -20,6 +20,7 @@ fn help_and_version_go_to_stdout_with_status_zero() {
     assert_eq!(code, 0);
     assert!(err.is_empty(), "{err}");
     assert!(out.contains("table --redis URL") && out.contains("bench --redis URL"));
+    assert!(out.contains("calls --redis URL --phase raw_fresh|fresh --calls N"));
     let (code, out, _) = idem_bench(&["bench", "--help"]);
     assert_eq!(code, 0);
     for option in ["--redis", "--concurrency", "--window-ms", "--json"] {
@@ -66,4 +67,15 @@ fn a_server_that_cannot_be_reached_exits_with_status_one() {
     let (code, _, err) = idem_bench(&["bench", "--redis", "redis://127.0.0.1:1"]);
     assert_eq!(code, 1);
     assert!(err.contains("idem-bench bench: cannot connect"), "{err}");
+    let (code, out, err) = idem_bench(&[
+        "calls",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--phase",
+        "fresh",
+        "--calls",
+        "10",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("idem-bench calls: cannot connect"), "{err}");
 }

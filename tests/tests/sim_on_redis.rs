@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use idem_bench::redis::bench::{self, BenchConfig};
+use idem_bench::redis::bench::{self, BenchConfig, CallsPhase};
 use idem_bench::redis::table as redis_table;
 use idem_tests::redis::RedisServer;
 
@@ -103,4 +103,17 @@ async fn the_bench_counts_two_requests_per_fresh_call_and_one_per_replay() {
     }
     assert_eq!(json["commands_per_fresh"], 2.0);
     assert_eq!(json["commands_per_replay"], 1.0);
+}
+
+/// `idem-bench calls`, the harness a call's instructions are counted with, runs exactly the
+/// calls it is asked for, each of them a success, in both phases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_harness_runs_exactly_the_calls_asked_for() {
+    let server = RedisServer::start();
+    for phase in [CallsPhase::RawFresh, CallsPhase::Fresh] {
+        let load = bench::calls(&server.url(), phase, 8, 300)
+            .await
+            .expect("the harness runs");
+        assert_eq!((load.calls, load.errors), (300, 0), "{phase:?}");
+    }
 }
