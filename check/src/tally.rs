@@ -16,26 +16,30 @@ pub trait Class: Copy + 'static {
     fn index(self) -> usize;
 }
 
-/// The largest class set a [`Tally`] holds.
-const MAX_CLASSES: usize = 64;
+/// The largest class set a [`Tally`] holds unless it says otherwise.
+pub const MAX_CLASSES: usize = 64;
 
-/// How many times each class of `C` was counted.
+/// How many times each class of `C` was counted, in room for `N` classes: `C`'s classes
+/// must number at most `N` (checked when the tally is made). A small class set says its
+/// own `N`, so that a tally that is made, copied and merged once a run stays small (the
+/// judge's verdict holds seven tallies of causes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tally<C> {
-    counts: [u64; MAX_CLASSES],
+pub struct Tally<C, const N: usize = MAX_CLASSES> {
+    counts: [u64; N],
     classes: PhantomData<C>,
 }
 
-impl<C> Default for Tally<C> {
+impl<C: Class, const N: usize> Default for Tally<C, N> {
     fn default() -> Self {
+        const { assert!(C::ALL.len() <= N, "a tally has room for every class") };
         Self {
-            counts: [0; MAX_CLASSES],
+            counts: [0; N],
             classes: PhantomData,
         }
     }
 }
 
-impl<C: Class> Tally<C> {
+impl<C: Class, const N: usize> Tally<C, N> {
     /// Counts one occurrence.
     pub fn add(&mut self, class: C) {
         self.counts[class.index()] += 1;
@@ -104,4 +108,42 @@ pub fn parse_name<C: Class>(name: &str) -> Result<C, UnknownName> {
             given: name.to_owned(),
             known: C::ALL.iter().map(|class| class.name()).collect(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Cause, CauseCounts};
+
+    /// A tally in room for its own classes alone (the causes: six) counts, totals, merges
+    /// and misses every one of them as a tally of the default size does.
+    #[test]
+    fn a_tally_sized_to_its_classes_counts_every_class() {
+        assert_eq!(
+            std::mem::size_of::<CauseCounts>(),
+            Cause::ALL.len() * std::mem::size_of::<u64>()
+        );
+        let mut small = CauseCounts::default();
+        let mut large = Tally::<Cause>::default();
+        assert_eq!(small.missing(), Cause::ALL.to_vec());
+        for (n, cause) in Cause::ALL.iter().enumerate() {
+            for _ in 0..=n {
+                small.add(*cause);
+                large.add(*cause);
+            }
+        }
+        for (n, cause) in Cause::ALL.iter().enumerate() {
+            assert_eq!(small.get(*cause), n as u64 + 1);
+            assert_eq!(large.get(*cause), n as u64 + 1);
+        }
+        assert_eq!(small.total(), 21);
+        assert_eq!(large.total(), 21);
+        assert!(small.missing().is_empty());
+        let mut merged = CauseCounts::default();
+        merged.add(Cause::RetentionExpired);
+        merged.merge(&small);
+        assert_eq!(merged.get(Cause::RetentionExpired), 7);
+        assert_eq!(merged.get(Cause::FailOpen), 1);
+        assert_eq!(merged.total(), 22);
+    }
 }

@@ -45,7 +45,8 @@ pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mu
             .map_or(0, |starts| starts.iter().filter(|&&s| s <= at).count())
     };
     let mut groups: Vec<((usize, idem_core::Fingerprint, usize), Answers)> = Vec::new();
-    for (index, event) in history.events.iter().enumerate() {
+    for &index in &run.outcomes {
+        let event = &history.events[index];
         let EventKind::Finished(outcome) = &event.kind else {
             continue;
         };
@@ -188,7 +189,8 @@ fn bodiless_replay(run: &Run<'_>, index: usize, who: usize, found: &mut Vec<Viol
 /// another request under this very key.
 pub(super) fn key_reuse(run: &Run<'_>, found: &mut Vec<Violation>) {
     let history = run.history;
-    for (index, event) in history.events.iter().enumerate() {
+    for &index in &run.outcomes {
+        let event = &history.events[index];
         let EventKind::Finished(Outcome::KeyReuse { stored, given }) = &event.kind else {
             continue;
         };

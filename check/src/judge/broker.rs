@@ -33,7 +33,8 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     // Per message: where the broker took its acknowledgement or dead-lettering.
     let mut settled: Vec<Option<usize>> = vec![None; history.messages.len()];
     let mut stuck = false;
-    for (index, event) in history.events.iter().enumerate() {
+    for &index in &run.notable {
+        let event = &history.events[index];
         let who = event.who;
         if who >= n {
             continue;

@@ -17,22 +17,10 @@ use super::{Cause, Rule, Run, Verdict};
 use crate::statement::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
-    let charges = charges_by_key(run);
-    effect_count(run, &charges, verdict);
+    effect_count(run, &run.charges, verdict);
     honesty(run, &mut verdict.violations);
-    answers(run, &charges, &mut verdict.violations);
+    answers(run, &run.charges, &mut verdict.violations);
     key_reuse(run, &mut verdict.violations);
-}
-
-/// Each key's charges, in order.
-pub(super) fn charges_by_key<'h>(run: &Run<'h>) -> Vec<Vec<&'h Charge<usize>>> {
-    let mut by_key: Vec<Vec<&Charge<usize>>> = vec![Vec::new(); run.history.keys.len()];
-    for charge in run.history.statement.lines() {
-        if let Some(charges) = by_key.get_mut(charge.key) {
-            charges.push(charge);
-        }
-    }
-    by_key
 }
 
 /// `I7`: the first charge of a key is its effect; each further one must be explained by a

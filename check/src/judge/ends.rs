@@ -5,7 +5,7 @@ use idem_core::record::{CommandKind, StoredResult};
 use idem_core::{Abandonment, Outcome, Protection, Recording};
 
 use super::{Rule, Run, Violation};
-use crate::history::{ActionEnd, EventKind, Received};
+use crate::history::{ActionEnd, EventKind};
 
 pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     panics(run, found);
@@ -37,7 +37,8 @@ fn panics(run: &Run<'_>, found: &mut Vec<Violation>) {
             ));
         }
     }
-    for (index, event) in history.events.iter().enumerate() {
+    for &index in &run.outcomes {
+        let event = &history.events[index];
         let EventKind::Finished(Outcome::Replayed { result }) = &event.kind else {
             continue;
         };
@@ -99,19 +100,8 @@ fn panics(run: &Run<'_>, found: &mut Vec<Violation>) {
 /// such a value or writes over it is judged at its store step.)
 fn corrupt(run: &Run<'_>, found: &mut Vec<Violation>) {
     let history = run.history;
-    let mut last_sent: Vec<Option<CommandKind>> = vec![None; run.facts.len()];
-    for (told, event) in history.events.iter().enumerate() {
-        let who = event.who;
-        match &event.kind {
-            EventKind::Sent(kind) => {
-                if let Some(slot) = last_sent.get_mut(who) {
-                    *slot = Some(*kind);
-                }
-                continue;
-            }
-            EventKind::Received(Received::Corrupt) => {}
-            _ => continue,
-        }
+    for &(told, last_sent) in &run.told_corrupt {
+        let who = history.events[told].who;
         let label = run.label(who);
         let key = history.attempts.get(who).map_or(0, |a| a.key);
         if let Some((ran, _)) = history.events.iter().enumerate().skip(told).find(|(_, e)| {
@@ -129,7 +119,7 @@ fn corrupt(run: &Run<'_>, found: &mut Vec<Violation>) {
         if facts.abandoned.is_some() {
             continue;
         }
-        let (Some(command), Some(outcome)) = (last_sent[who], run.finished(who)) else {
+        let (Some(command), Some(outcome)) = (last_sent, run.finished(who)) else {
             continue;
         };
         let honest = match command {
@@ -174,7 +164,11 @@ fn corrupt(run: &Run<'_>, found: &mut Vec<Violation>) {
             ));
         }
     }
-    for (index, event) in history.events.iter().enumerate() {
+    if !history.keys.iter().any(|k| k.corrupt) {
+        return;
+    }
+    for &index in &run.outcomes {
+        let event = &history.events[index];
         let (EventKind::Finished(outcome) | EventKind::Settled(outcome)) = &event.kind else {
             continue;
         };

@@ -10,27 +10,27 @@
 
 use idem_core::DownstreamKey;
 
-use super::effects::{causes, charges_by_key};
+use super::effects::causes;
 use super::{Cause, Rule, Run, Verdict};
 use crate::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
     downstream_keys(run, verdict);
     let provider = run.history.provider;
-    for requests in charges_by_key(run) {
+    for requests in &run.charges {
         // A key with effects that commit with the record is `T1`'s: they are writes in the
         // store's database, not requests to a provider.
-        if requests.len() < 2 || super::transaction::has_commits(run, &requests) {
+        if requests.len() < 2 || super::transaction::has_commits(run, requests) {
             continue;
         }
         // The extra calls, each under its cause, as `I7` counts them; those the provider
         // made effects of, counted the same way; the difference it absorbed.
-        let mut absorbed: Vec<Cause> = causes(run, &requests)
+        let mut absorbed: Vec<Cause> = causes(run, requests)
             .into_iter()
             .take(requests.len() - 1)
             .collect();
-        verdict.stale_at_provider += stale(run, &provider.applied(&requests));
-        let effects = provider.effects(&requests);
+        verdict.stale_at_provider += stale(run, &provider.applied(requests));
+        let effects = provider.effects(requests);
         let extra_effects = causes(run, &effects)
             .into_iter()
             .take(effects.len().saturating_sub(1));

@@ -65,8 +65,8 @@ impl Class for Cause {
     }
 }
 
-/// Extra effects counted by cause.
-pub type CauseCounts = Tally<Cause>;
+/// Extra effects counted by cause, in room for the causes alone.
+pub type CauseCounts = Tally<Cause, { Cause::ALL.len() }>;
 
 /// One broken rule, where it was seen, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]

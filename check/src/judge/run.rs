@@ -1,13 +1,16 @@
 //! The facts the rules read, gathered once: what each attempt did ([`Facts`]), which
 //! record each key is filed under (`I12`), each record's store steps, and when each
 //! owner's reservation was granted and held and its result recorded (for `I7` and its
-//! causes).
+//! causes); and, from the same pass, where the events every rule reads where it happens
+//! are (`notable`, `outcomes`, `told_corrupt`), so that no rule walks the whole history
+//! again to find the few it judges, and each key's charges.
 
 use idem_core::record::{CommandKind, Record, Reply};
 use idem_core::{Abandonment, Outcome};
 
 use super::{Cause, Rule, Violation};
 use crate::history::{ActionEnd, EventKind, History, Received, StoreStep};
+use crate::statement::Charge;
 
 /// What one attempt did, gathered in one pass over the history.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +71,21 @@ pub(super) struct Run<'h> {
     pub(super) record_of_key: Vec<usize>,
     /// For each record, its store steps that applied a command, in order.
     pub(super) steps_of_record: Vec<Vec<usize>>,
+    /// In order, every event a rule judges where it happens: every store step (applied or
+    /// not), lease view, stuck attempt, protocol error, commit, delivery, disposition and
+    /// outcome given to a caller ([`EventKind::Finished`]). The events of the kinds left out
+    /// (a command sent, an answer received, the action's run, charge and end, a crash, a
+    /// pause, an abandonment, a transactional action's start and writes, a settlement) are
+    /// read through [`Facts`] or the lists below.
+    pub(super) notable: Vec<usize>,
+    /// In order, every outcome: given to a caller ([`EventKind::Finished`]) or a
+    /// settlement's ([`EventKind::Settled`]).
+    pub(super) outcomes: Vec<usize>,
+    /// In order, every event at which an attempt received "corrupt", with the kind of the
+    /// command the attempt last sent before it.
+    pub(super) told_corrupt: Vec<(usize, Option<CommandKind>)>,
+    /// Each key's charges (lines of the statement), in order.
+    pub(super) charges: Vec<Vec<&'h Charge<usize>>>,
 }
 
 impl<'h> Run<'h> {
@@ -103,7 +121,16 @@ impl<'h> Run<'h> {
             owners,
             steps_of_record: vec![Vec::new(); history.keys.len().max(1)],
             record_of_key,
+            notable: Vec::with_capacity(history.events.len() / 2),
+            outcomes: Vec::new(),
+            told_corrupt: Vec::new(),
+            charges: vec![Vec::new(); history.keys.len()],
         };
+        for charge in history.statement.lines() {
+            if let Some(charges) = run.charges.get_mut(charge.key) {
+                charges.push(charge);
+            }
+        }
         run.gather();
         run
     }
@@ -193,11 +220,37 @@ impl<'h> Run<'h> {
         }
     }
 
-    /// One pass over the history: the facts of every attempt, and each record's steps.
+    /// One pass over the history: the facts of every attempt, each record's steps, and
+    /// where the events the rules judge one by one are.
     fn gather(&mut self) {
         let history = self.history;
+        // The kind of the command each attempt last sent.
+        let mut last_sent: Vec<Option<CommandKind>> = vec![None; self.facts.len()];
         for (index, event) in history.events.iter().enumerate() {
             let who = event.who;
+            match &event.kind {
+                EventKind::Store(_)
+                | EventKind::LeaseView { .. }
+                | EventKind::Stuck(_)
+                | EventKind::Protocol(_)
+                | EventKind::Committed { .. }
+                | EventKind::Delivered { .. }
+                | EventKind::Disposed { .. } => self.notable.push(index),
+                EventKind::Finished(_) => {
+                    self.notable.push(index);
+                    self.outcomes.push(index);
+                }
+                EventKind::Settled(_) => self.outcomes.push(index),
+                EventKind::Sent(kind) => {
+                    if let Some(slot) = last_sent.get_mut(who) {
+                        *slot = Some(*kind);
+                    }
+                }
+                EventKind::Received(Received::Corrupt) => self
+                    .told_corrupt
+                    .push((index, last_sent.get(who).copied().flatten())),
+                _ => {}
+            }
             let Some(facts) = self.facts.get_mut(who) else {
                 continue;
             };

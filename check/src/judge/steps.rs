@@ -30,7 +30,8 @@ pub(super) fn judge(run: &Run<'_>, found: &mut Vec<Violation>) {
     let mut asked_until: Vec<u64> = vec![0; run.facts.len()];
     let mut view_reported: Vec<bool> = vec![false; run.facts.len()];
     let mut fences = Fences::new(run.steps_of_record.len());
-    for (index, event) in history.events.iter().enumerate() {
+    for &index in &run.notable {
+        let event = &history.events[index];
         match &event.kind {
             EventKind::Store(step) => {
                 let StoreStep {

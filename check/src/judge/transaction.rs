@@ -25,13 +25,7 @@ use crate::history::{ActionEnd, Answer, EventKind, StoreStep};
 use crate::statement::Charge;
 
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
-    let mut by_key: Vec<Vec<&Charge<usize>>> = vec![Vec::new(); run.history.keys.len()];
-    for charge in run.history.statement.lines() {
-        if let Some(charges) = by_key.get_mut(charge.key) {
-            charges.push(charge);
-        }
-    }
-    for (key, charges) in by_key.iter().enumerate() {
+    for (key, charges) in run.charges.iter().enumerate() {
         if has_commits(run, charges) {
             once_per_life(run, key, charges, verdict);
         }
@@ -144,9 +138,10 @@ fn lease_loss(run: &Run<'_>, who: usize, charges: &[&Charge<usize>]) -> Option<C
 /// the commit.
 fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
     let events = &run.history.events;
-    for (index, event) in events.iter().enumerate() {
+    for &index in &run.notable {
+        let event = &events[index];
         let who = event.who;
-        let label = run.label(who);
+        let label = || run.label(who);
         match &event.kind {
             EventKind::Committed { .. } => {
                 let id = run.effect_id(who).unwrap_or("?");
@@ -176,7 +171,8 @@ fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
                         Rule::TransactionalEffectOnce,
                         Some(index),
                         format!(
-                            "{label}'s writes {id} committed, but not with a complete that recorded its result (the store answered {answered})"
+                            "{}'s writes {id} committed, but not with a complete that recorded its result (the store answered {answered})",
+                            label()
                         ),
                     ));
                 }
@@ -197,7 +193,8 @@ fn commits_with_the_record(run: &Run<'_>, verdict: &mut Verdict) {
                         Rule::TransactionalEffectOnce,
                         Some(index),
                         format!(
-                            "the store recorded {label}'s result, but its writes did not commit with it"
+                            "the store recorded {}'s result, but its writes did not commit with it",
+                            label()
                         ),
                     ));
                 }
