@@ -7,44 +7,78 @@ use idem_core::record::{Record, StoredResult};
 use idem_core::{Outcome, Recording, Timestamp};
 
 use super::effects::cause_of;
+use super::grouped::Grouped;
 use super::{Rule, Run, Violation};
 use crate::history::{ActionEnd, EventKind, StoreStep};
 use crate::statement::Charge;
 
-/// The answers given to one request on one key within one life of its record: (event,
-/// attempt, what it was answered).
-type Answers = Vec<(usize, usize, StoredResult)>;
+/// What an attempt was answered, borrowed from the history: equal exactly when the
+/// [`StoredResult`]s they stand for are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Given<'h> {
+    /// [`StoredResult::Value`], its bytes.
+    Value(&'h [u8]),
+    /// [`StoredResult::NotStored`].
+    NotStored,
+    /// [`StoredResult::Panicked`].
+    Panicked,
+}
+
+impl<'h> Given<'h> {
+    fn of(result: &'h StoredResult) -> Self {
+        match result {
+            StoredResult::Value(body) => Given::Value(body.as_bytes()),
+            StoredResult::NotStored => Given::NotStored,
+            StoredResult::Panicked => Given::Panicked,
+        }
+    }
+
+    /// The stored result it stands for, to print.
+    fn result(self) -> StoredResult {
+        match self {
+            Given::Value(bytes) => StoredResult::Value(idem_core::Body::new(bytes)),
+            Given::NotStored => StoredResult::NotStored,
+            Given::Panicked => StoredResult::Panicked,
+        }
+    }
+}
 
 /// `I8` (and `I4` for bodies): for each key and request, every answer given within one
 /// retention period (replays, and executions whose effect is the one allowed) is the same
 /// result; every replayed body is a charge made for that same request under that key; and
 /// a replay without a body answers an execution of that request whose value could not be
 /// recorded.
-pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mut Vec<Violation>) {
+pub(super) fn answers(
+    run: &Run<'_>,
+    charges: &Grouped<&Charge<usize>>,
+    found: &mut Vec<Violation>,
+) {
     let history = run.history;
     // Where each record's completed result was found expired: a new life of the record.
-    let lives: Vec<Vec<usize>> = run
+    // (record, step), few in a run, most often none.
+    let lives: Vec<(usize, usize)> = run
         .steps_of_record
         .iter()
-        .map(|steps| {
-            steps
-                .iter()
-                .copied()
-                .filter(|&step| {
-                    let event = &history.events[step];
-                    matches!(event.kind.store_step(), Some(StoreStep { before: Some(record @ Record::Completed { .. }), .. })
-                        if record.is_expired(Timestamp::from_millis(event.at)))
-                })
-                .collect()
+        .enumerate()
+        .flat_map(|(record, steps)| steps.iter().map(move |&step| (record, step)))
+        .filter(|&(_, step)| {
+            let event = &history.events[step];
+            matches!(event.kind.store_step(), Some(StoreStep { before: Some(record @ Record::Completed { .. }), .. })
+                if record.is_expired(Timestamp::from_millis(event.at)))
         })
         .collect();
     let life = |who: usize, at: usize| {
         let record = run.facts[who].record;
         lives
-            .get(record)
-            .map_or(0, |starts| starts.iter().filter(|&&s| s <= at).count())
+            .iter()
+            .filter(|&&(r, s)| r == record && s <= at)
+            .count()
     };
-    let mut groups: Vec<((usize, idem_core::Fingerprint, usize), Answers)> = Vec::new();
+    // Each request on a key within one life of its record, in the order first answered;
+    // and every answer given, under its group: (group, event, attempt, what it was
+    // answered).
+    let mut groups: Vec<(usize, &idem_core::Fingerprint, usize)> = Vec::new();
+    let mut given: Vec<(usize, usize, usize, Given<'_>)> = Vec::new();
     for &index in &run.outcomes {
         let event = &history.events[index];
         let EventKind::Finished(outcome) = &event.kind else {
@@ -69,7 +103,7 @@ pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mu
                     StoredResult::NotStored => bodiless_replay(run, index, who, found),
                     StoredResult::Panicked => {}
                 }
-                (result.clone(), facts.replayed_from.unwrap_or(index))
+                (Given::of(result), facts.replayed_from.unwrap_or(index))
             }
             Outcome::Executed(execution) if !excused() => {
                 let Some(charge) = facts
@@ -79,37 +113,42 @@ pub(super) fn answers(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], found: &mu
                     continue;
                 };
                 let answer = if execution.record == Recording::StoredWithoutBody {
-                    StoredResult::NotStored
+                    Given::NotStored
                 } else {
-                    StoredResult::Value(idem_core::Body::new(charge.id.as_bytes()))
+                    Given::Value(charge.id.as_bytes())
                 };
                 (answer, facts.run.unwrap_or(index))
             }
             Outcome::Panicked(execution) if execution.record == Recording::Stored && !excused() => {
-                (StoredResult::Panicked, facts.run.unwrap_or(index))
+                (Given::Panicked, facts.run.unwrap_or(index))
             }
             _ => continue,
         };
-        let group = (attempt.key, attempt.fingerprint, life(who, at));
-        match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, answers)) => answers.push((index, who, answer)),
-            None => groups.push((group, vec![(index, who, answer)])),
-        }
+        let group = (attempt.key, &attempt.fingerprint, life(who, at));
+        let group = match groups.iter().position(|g| *g == group) {
+            Some(known) => known,
+            None => {
+                groups.push(group);
+                groups.len() - 1
+            }
+        };
+        given.push((group, index, who, answer));
     }
-    for ((key, _, _), given) in groups {
-        let Some((_, first_who, first)) = given.first() else {
+    for (group, (key, _, _)) in groups.iter().enumerate() {
+        let mut answers = given.iter().filter(|(g, ..)| *g == group);
+        let Some((_, _, first_who, first)) = answers.next() else {
             continue;
         };
-        if let Some((index, who, answer)) = given.iter().find(|(_, _, answer)| answer != first) {
+        if let Some((_, index, who, answer)) = answers.find(|(.., answer)| answer != first) {
             found.push(run.violation(
                 Rule::I8,
                 Some(*index),
                 format!(
                     "identical requests on key {key} got different answers: {} got {}, {} got {}",
                     run.label(*first_who),
-                    crate::history::ResultLabel(first),
+                    crate::history::ResultLabel(&first.result()),
                     run.label(*who),
-                    crate::history::ResultLabel(answer)
+                    crate::history::ResultLabel(&answer.result())
                 ),
             ));
         }

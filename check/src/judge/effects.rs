@@ -12,6 +12,7 @@ use idem_core::record::Reply;
 use idem_core::{Outcome, Protection, Recording};
 
 use super::answers::{answers, key_reuse};
+use super::grouped::Grouped;
 use super::honesty::honesty;
 use super::{Cause, Rule, Run, Verdict};
 use crate::statement::Charge;
@@ -26,7 +27,7 @@ pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
 /// `I7`: the first charge of a key is its effect; each further one must be explained by a
 /// cause the model allows (MODEL.md, "Non-guarantees"), one cause per charge. Each extra
 /// charge is counted under the cause that allows it.
-fn effect_count(run: &Run<'_>, charges: &[Vec<&Charge<usize>>], verdict: &mut Verdict) {
+fn effect_count(run: &Run<'_>, charges: &Grouped<&Charge<usize>>, verdict: &mut Verdict) {
     for (key, charges) in charges.iter().enumerate() {
         // A key with effects that commit with the record is `T1`'s (`transaction`).
         if charges.len() < 2 || super::transaction::has_commits(run, charges) {
@@ -156,10 +157,7 @@ fn left_to_its_lease(run: &Run<'_>, who: usize, lease_end: u64) -> Result<(), St
     let Some(started) = facts.run.or(facts.charge.map(|(event, _)| event)) else {
         return Ok(());
     };
-    let steps = run
-        .steps_of_record
-        .get(facts.record)
-        .map_or(&[][..], Vec::as_slice);
+    let steps = run.steps_of_record.get(facts.record).unwrap_or(&[]);
     let reply_of = |step: usize| {
         run.history.events[step]
             .kind

@@ -43,10 +43,7 @@ pub(super) fn honesty(run: &Run<'_>, found: &mut Vec<Violation>) {
             continue;
         };
         let owner = run.history.attempts[who].owner;
-        let steps = run
-            .steps_of_record
-            .get(facts.record)
-            .map_or(&[][..], Vec::as_slice);
+        let steps = run.steps_of_record.get(facts.record).unwrap_or(&[]);
         let start = steps
             .iter()
             .copied()

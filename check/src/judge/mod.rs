@@ -48,6 +48,7 @@ mod broker;
 mod effects;
 mod ends;
 mod fences;
+mod grouped;
 mod honesty;
 mod provider;
 mod report;

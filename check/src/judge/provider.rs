@@ -17,7 +17,7 @@ use crate::Charge;
 pub(super) fn judge(run: &Run<'_>, verdict: &mut Verdict) {
     downstream_keys(run, verdict);
     let provider = run.history.provider;
-    for requests in &run.charges {
+    for requests in run.charges.iter() {
         // A key with effects that commit with the record is `T1`'s: they are writes in the
         // store's database, not requests to a provider.
         if requests.len() < 2 || super::transaction::has_commits(run, requests) {

@@ -8,6 +8,7 @@
 use idem_core::record::{CommandKind, Record, Reply};
 use idem_core::{Abandonment, Outcome};
 
+use super::grouped::Grouped;
 use super::{Cause, Rule, Violation};
 use crate::history::{ActionEnd, EventKind, History, Received, StoreStep};
 use crate::statement::Charge;
@@ -70,7 +71,7 @@ pub(super) struct Run<'h> {
     /// For each key, the record it is filed under (keys filed alike share one).
     pub(super) record_of_key: Vec<usize>,
     /// For each record, its store steps that applied a command, in order.
-    pub(super) steps_of_record: Vec<Vec<usize>>,
+    pub(super) steps_of_record: Grouped<usize>,
     /// In order, every event a rule judges where it happens: every store step (applied or
     /// not), lease view, stuck attempt, protocol error, commit, delivery, disposition and
     /// outcome given to a caller ([`EventKind::Finished`]). The events of the kinds left out
@@ -85,7 +86,7 @@ pub(super) struct Run<'h> {
     /// command the attempt last sent before it.
     pub(super) told_corrupt: Vec<(usize, Option<CommandKind>)>,
     /// Each key's charges (lines of the statement), in order.
-    pub(super) charges: Vec<Vec<&'h Charge<usize>>>,
+    pub(super) charges: Grouped<&'h Charge<usize>>,
 }
 
 impl<'h> Run<'h> {
@@ -119,18 +120,20 @@ impl<'h> Run<'h> {
                 })
                 .collect(),
             owners,
-            steps_of_record: vec![Vec::new(); history.keys.len().max(1)],
+            steps_of_record: Grouped::new(history.keys.len().max(1), std::iter::empty()),
             record_of_key,
             notable: Vec::with_capacity(history.events.len() / 2),
-            outcomes: Vec::new(),
+            outcomes: Vec::with_capacity(history.attempts.len() + history.attempts.len() / 2),
             told_corrupt: Vec::new(),
-            charges: vec![Vec::new(); history.keys.len()],
+            charges: Grouped::new(
+                history.keys.len(),
+                history
+                    .statement
+                    .lines()
+                    .iter()
+                    .map(|charge| (charge.key, charge)),
+            ),
         };
-        for charge in history.statement.lines() {
-            if let Some(charges) = run.charges.get_mut(charge.key) {
-                charges.push(charge);
-            }
-        }
         run.gather();
         run
     }
@@ -226,72 +229,106 @@ impl<'h> Run<'h> {
         let history = self.history;
         // The kind of the command each attempt last sent.
         let mut last_sent: Vec<Option<CommandKind>> = vec![None; self.facts.len()];
+        // Each applied store step of an attempt, with the record it applied to.
+        let mut applied: Vec<(usize, usize)> = Vec::with_capacity(history.events.len() / 4);
         for (index, event) in history.events.iter().enumerate() {
             let who = event.who;
+            let mut facts = self.facts.get_mut(who);
+            if let Some(facts) = facts.as_deref_mut() {
+                facts.seen = true;
+            }
             match &event.kind {
-                EventKind::Store(_)
-                | EventKind::LeaseView { .. }
-                | EventKind::Stuck(_)
-                | EventKind::Protocol(_)
-                | EventKind::Committed { .. }
-                | EventKind::Delivered { .. }
-                | EventKind::Disposed { .. } => self.notable.push(index),
-                EventKind::Finished(_) => {
-                    self.notable.push(index);
-                    self.outcomes.push(index);
-                }
-                EventKind::Settled(_) => self.outcomes.push(index),
                 EventKind::Sent(kind) => {
                     if let Some(slot) = last_sent.get_mut(who) {
                         *slot = Some(*kind);
                     }
                 }
-                EventKind::Received(Received::Corrupt) => self
-                    .told_corrupt
-                    .push((index, last_sent.get(who).copied().flatten())),
-                _ => {}
-            }
-            let Some(facts) = self.facts.get_mut(who) else {
-                continue;
-            };
-            facts.seen = true;
-            match &event.kind {
-                EventKind::Received(Received::Corrupt) if facts.run.is_none() => {
-                    facts.corrupt_before_run.get_or_insert(index);
-                }
-                EventKind::Run { unprotected } => {
-                    if facts.run.is_none() {
-                        facts.run = Some(index);
-                        facts.run_grant = facts.last_grant;
+                EventKind::Received(Received::Corrupt) => {
+                    self.told_corrupt
+                        .push((index, last_sent.get(who).copied().flatten()));
+                    if let Some(facts) = facts
+                        && facts.run.is_none()
+                    {
+                        facts.corrupt_before_run.get_or_insert(index);
                     }
-                    facts.unprotected |= *unprotected;
                 }
-                EventKind::Charged { charge } | EventKind::Committed { charge } => {
-                    facts.charge.get_or_insert((index, *charge));
+                EventKind::Received(_) | EventKind::Paused { .. } => {}
+                EventKind::LeaseView { .. }
+                | EventKind::Delivered { .. }
+                | EventKind::Disposed { .. } => self.notable.push(index),
+                EventKind::Run { unprotected } => {
+                    if let Some(facts) = facts {
+                        if facts.run.is_none() {
+                            facts.run = Some(index);
+                            facts.run_grant = facts.last_grant;
+                        }
+                        facts.unprotected |= *unprotected;
+                    }
                 }
-                EventKind::Transactional => facts.transactional = true,
+                EventKind::Charged { charge } => {
+                    if let Some(facts) = facts {
+                        facts.charge.get_or_insert((index, *charge));
+                    }
+                }
+                EventKind::Committed { charge } => {
+                    self.notable.push(index);
+                    if let Some(facts) = facts {
+                        facts.charge.get_or_insert((index, *charge));
+                    }
+                }
+                EventKind::Transactional => {
+                    if let Some(facts) = facts {
+                        facts.transactional = true;
+                    }
+                }
                 EventKind::Wrote { .. } => {
-                    facts.wrote.get_or_insert(index);
+                    if let Some(facts) = facts {
+                        facts.wrote.get_or_insert(index);
+                    }
                 }
                 EventKind::ActionEnded(end) => {
-                    facts.ended.get_or_insert((index, *end));
+                    if let Some(facts) = facts {
+                        facts.ended.get_or_insert((index, *end));
+                    }
                 }
-                EventKind::Crashed => facts.crashed = true,
+                EventKind::Crashed => {
+                    if let Some(facts) = facts {
+                        facts.crashed = true;
+                    }
+                }
                 EventKind::Abandoned => {
-                    if facts.abandoned.is_none() {
+                    if let Some(facts) = facts
+                        && facts.abandoned.is_none()
+                    {
                         facts.abandoned = Some(index);
                         facts.dropped = facts.run.is_some() && facts.ended.is_none();
                     }
                 }
                 EventKind::Finished(_) => {
-                    facts.finished.get_or_insert(index);
-                    facts.finishes += 1;
+                    self.notable.push(index);
+                    self.outcomes.push(index);
+                    if let Some(facts) = facts {
+                        facts.finished.get_or_insert(index);
+                        facts.finishes += 1;
+                    }
                 }
                 EventKind::Settled(_) => {
-                    facts.settled.get_or_insert(index);
+                    self.outcomes.push(index);
+                    if let Some(facts) = facts {
+                        facts.settled.get_or_insert(index);
+                    }
                 }
-                EventKind::Stuck(_) | EventKind::Protocol(_) => facts.stopped = true,
+                EventKind::Stuck(_) | EventKind::Protocol(_) => {
+                    self.notable.push(index);
+                    if let Some(facts) = facts {
+                        facts.stopped = true;
+                    }
+                }
                 EventKind::Store(step) => {
+                    self.notable.push(index);
+                    let Some(facts) = facts else {
+                        continue;
+                    };
                     let StoreStep {
                         command,
                         before,
@@ -301,7 +338,6 @@ impl<'h> Run<'h> {
                     let Some(reply) = answer.reply() else {
                         continue;
                     };
-                    let record = facts.record;
                     if matches!(reply, Reply::Replay { .. }) {
                         facts.replayed_from = Some(index);
                     }
@@ -314,21 +350,14 @@ impl<'h> Run<'h> {
                     {
                         facts.lapsed = true;
                     }
-                    if let Some(steps) = self.steps_of_record.get_mut(record) {
-                        steps.push(index);
-                    }
+                    applied.push((facts.record, index));
                     if before != after {
                         self.wrote(who, command.kind(), event.at, after.as_ref());
                     }
                 }
-                EventKind::Sent(_)
-                | EventKind::Received(_)
-                | EventKind::LeaseView { .. }
-                | EventKind::Paused { .. }
-                | EventKind::Delivered { .. }
-                | EventKind::Disposed { .. } => {}
             }
         }
+        self.steps_of_record = Grouped::new(self.steps_of_record.len(), applied.into_iter());
     }
 
     /// What a store step wrote, for the rules on the whole run: when each owner's

@@ -109,10 +109,12 @@ fn lease_view(run: &Run<'_>, index: usize, event: &Event, until: u64) -> Option<
     let who = event.who;
     let record = run.facts.get(who)?.record;
     let steps = run.steps_of_record.get(record)?;
-    let state = steps
+    // The record's steps are in order: those before the view end where the first at or
+    // after it would stand.
+    let earlier = steps.partition_point(|&step| step < index);
+    let state = steps[..earlier]
         .iter()
         .rev()
-        .filter(|&&step| step < index)
         .map(|&step| &run.history.events[step])
         .find(|e| e.at <= event.at)
         .and_then(|e| match &e.kind {
