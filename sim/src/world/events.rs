@@ -83,9 +83,10 @@ pub(super) enum Answer {
 
 /// The events still to happen. The order is a vector of small keys kept sorted, latest
 /// first, and the events wait in slots beside it, so a push or pop moves two words, not an
-/// event. A key is the event's time and sequence in one number (time in the high half), so
-/// keys compare in one step and in the order (time, sequence); sequences are unique, so the
-/// order is total and runs are the same on every replay.
+/// event. A key is the event's time; events due at one time come out in the order they were
+/// queued, because a new one goes in after every other due at its time (nearer the front:
+/// the earliest come off the end). The order is total, and runs are the same on every
+/// replay.
 ///
 /// A sorted vector rather than a binary heap: a run holds about twenty events at a time, most
 /// of them due soon, so a new one goes in near the end and the earliest comes off the end,
@@ -98,10 +99,10 @@ pub(super) struct Queue {
     free: Vec<u32>,
 }
 
-/// A key in the order: `(time << 64) | sequence`, and the slot its event waits in.
+/// A key in the order: the event's time, and the slot its event waits in.
 #[derive(Debug, Clone, Copy)]
 struct Queued {
-    key: u128,
+    at: u64,
     slot: u32,
 }
 
@@ -114,9 +115,8 @@ impl Queue {
         }
     }
 
-    /// Queues `event` at simulated time `at`, after every event queued before it at `at`
-    /// (`seq` grows with each push).
-    pub(super) fn push(&mut self, at: u64, seq: u64, event: Event) {
+    /// Queues `event` at simulated time `at`, after every event queued before it at `at`.
+    pub(super) fn push(&mut self, at: u64, event: Event) {
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slots[slot as usize] = Some(event);
@@ -129,23 +129,25 @@ impl Queue {
                 u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
             }
         };
-        let key = (u128::from(at) << 64) | u128::from(seq);
-        // Latest first: the new key goes after every later one. Searched from the end, where
-        // the earliest are: most events are due soon, so few keys are passed.
+        // Latest first: the new event goes after every later one and before every other due
+        // at its time. Searched from the end, where the earliest are: most events are due
+        // soon, so few keys are passed. One word per key: two events' times compare in one
+        // step (a run spent 4% of its instructions in this loop with a 128-bit key of time
+        // and sequence).
         let mut place = self.order.len();
-        while place > 0 && self.order[place - 1].key < key {
+        while place > 0 && self.order[place - 1].at <= at {
             place -= 1;
         }
-        self.order.insert(place, Queued { key, slot });
+        self.order.insert(place, Queued { at, slot });
     }
 
     /// The earliest event and its time.
     pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
-        let Queued { key, slot } = self.order.pop()?;
+        let Queued { at, slot } = self.order.pop()?;
         // Every key in the order names a slot its push filled, and only this pop empties it.
         let event = self.slots.get_mut(slot as usize).and_then(Option::take)?;
         self.free.push(slot);
-        Some(((key >> 64) as u64, event))
+        Some((at, event))
     }
 }
 
@@ -156,11 +158,11 @@ mod tests {
     /// Events come out by time, and in the order they were queued at one time, however they
     /// were queued.
     #[test]
-    fn events_come_out_by_time_then_by_sequence() {
+    fn events_come_out_by_time_then_in_the_order_queued() {
         let mut queue = Queue::with_capacity(4);
         let times = [30, 10, 20, 10, 30, 10, 0];
-        for (seq, at) in times.into_iter().enumerate() {
-            queue.push(at, seq as u64, Event::Wake { worker: seq as u32 });
+        for (n, at) in times.into_iter().enumerate() {
+            queue.push(at, Event::Wake { worker: n as u32 });
         }
         let mut order = Vec::new();
         while let Some((at, event)) = queue.pop() {
@@ -173,5 +175,26 @@ mod tests {
             order,
             [(0, 6), (10, 1), (10, 3), (10, 5), (20, 2), (30, 0), (30, 4)]
         );
+    }
+
+    /// An event queued after others were taken out still comes out after every event
+    /// queued before it at its time, and before every later one.
+    #[test]
+    fn an_event_queued_between_pops_keeps_its_turn_at_its_time() {
+        let mut queue = Queue::with_capacity(4);
+        queue.push(10, Event::Wake { worker: 0 });
+        queue.push(20, Event::Wake { worker: 1 });
+        assert!(matches!(queue.pop(), Some((10, Event::Wake { worker: 0 }))));
+        queue.push(20, Event::Wake { worker: 2 });
+        queue.push(10, Event::Wake { worker: 3 });
+        queue.push(20, Event::Wake { worker: 4 });
+        let mut order = Vec::new();
+        while let Some((at, event)) = queue.pop() {
+            let Event::Wake { worker } = event else {
+                panic!("only wake-ups were queued");
+            };
+            order.push((at, worker));
+        }
+        assert_eq!(order, [(10, 3), (20, 1), (20, 2), (20, 4)]);
     }
 }

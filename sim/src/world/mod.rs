@@ -82,7 +82,6 @@ pub(crate) struct World<'p> {
     variant: Variant,
     rng: SimRng,
     now: u64,
-    seq: u64,
     queue: Queue,
     /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
@@ -122,7 +121,6 @@ impl<'p> World<'p> {
             variant,
             rng,
             now: 0,
-            seq: 0,
             queue: Queue::with_capacity(64),
             records: vec![None; plan.slots.len()],
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
@@ -292,8 +290,7 @@ impl<'p> World<'p> {
     }
 
     fn at(&mut self, at: u64, event: Event) {
-        self.seq += 1;
-        self.queue.push(at, self.seq, event);
+        self.queue.push(at, event);
     }
 
     /// Writes down what happened to `worker`'s attempt, now.
