@@ -37,7 +37,7 @@ use crate::call::{Call, Ended, Paused};
 use crate::claim::Claim;
 use crate::clock::Clock;
 use crate::codec::{Codec, Json};
-use crate::detached::{DEFAULT_MAX_DETACHED, Detached, Detaching, Refused, ShutdownReport};
+use crate::detached::{DEFAULT_MAX_DETACHED, Detached, Detaching, Refused, ShutdownReport, Slot};
 use crate::ending::Ending;
 use crate::entropy::Entropy;
 use crate::error::Error;
@@ -478,8 +478,11 @@ impl<S: Store> Coordinator<S> {
         F: FnOnce(Claim) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let call = self.call(operation, key, fingerprint, codec, None)?;
-        resume(call.drive(action).await)
+        let mut call = self.call(operation, key, fingerprint, codec, None)?;
+        let ended = call.drive(action).await;
+        // The call ends before its answer is given (or its action's panic resumed).
+        drop(call);
+        resume(ended)
     }
 
     /// A call's state, before anything is sent.
@@ -548,12 +551,16 @@ impl<S: Store> Coordinator<S> {
 /// detached call. The rest of the call holds one of the coordinator's detached places; with
 /// none free (the bound, or a stop under way) the action is never started and its
 /// reservation is released.
-async fn spawned<S, C, T, E, F, Fut>(
+///
+/// Not an async fn, and neither is [`rest`]: an async fn keeps its arguments apart from the
+/// locals it moves them to, so the call would be held twice in the caller's future and again
+/// in the boxed rest. An async block uses what it captures in place.
+fn spawned<S, C, T, E, F, Fut>(
     mut call: Call<S, C, T, E>,
     action: F,
     detached: &Arc<Detached>,
     metrics: &Arc<Metrics>,
-) -> Result<Answer<T>, Error<E>>
+) -> impl Future<Output = Result<Answer<T>, Error<E>>>
 where
     S: Store,
     C: Codec<T>,
@@ -562,56 +569,79 @@ where
     F: FnOnce(Claim) -> Fut + Send + 'static,
     Fut: Future<Output: Into<Ending<T, E>>> + Send + 'static,
 {
-    if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
-        return resume(ended);
-    }
-    // The action may have to outlive its caller on a task of its own, which needs a runtime
-    // to run on: without one (a caller that polls this outside tokio), it is not started.
-    let Ok(runtime) = Handle::try_current() else {
-        let (operation, key) = call.names();
-        call.decline_run();
-        tracing::warn!(%operation, %key, "refused: a detached call outside a tokio runtime cannot outlive its caller; its action was not started");
-        return Err(Error::RuntimeShutdown);
-    };
-    let mut slot = match detached.enter() {
-        Ok(slot) => slot,
-        Err(refused) => {
-            let (operation, key) = call.names();
-            // Its action never started: the grant is released (nothing ran).
-            call.decline_run();
-            return Err(match refused {
-                Refused::Overloaded => {
-                    metrics.count(Counter::Overloaded);
-                    tracing::warn!(%operation, %key, limit = detached.limit(), "refused: too many detached actions running");
-                    Error::Overloaded
-                }
-                Refused::ShuttingDown => {
-                    metrics.count(Counter::ShuttingDown);
-                    tracing::debug!(%operation, %key, "refused: shutting down");
-                    Error::ShuttingDown
-                }
-            });
+    async move {
+        if let Paused::Ended(ended) = call.until_run::<F, Fut>().await {
+            return resume(ended);
         }
-    };
-    let task_metrics = Arc::clone(metrics);
-    let task = async move {
-        let (operation, key) = call.names();
+        // The action may have to outlive its caller on a task of its own, which needs a
+        // runtime to run on: without one (a caller that polls this outside tokio), it is not
+        // started.
+        let Ok(runtime) = Handle::try_current() else {
+            let (operation, key) = call.names();
+            call.decline_run();
+            tracing::warn!(%operation, %key, "refused: a detached call outside a tokio runtime cannot outlive its caller; its action was not started");
+            return Err(Error::RuntimeShutdown);
+        };
+        let slot = match detached.enter() {
+            Ok(slot) => slot,
+            Err(refused) => {
+                let (operation, key) = call.names();
+                // Its action never started: the grant is released (nothing ran).
+                call.decline_run();
+                return Err(match refused {
+                    Refused::Overloaded => {
+                        metrics.count(Counter::Overloaded);
+                        tracing::warn!(%operation, %key, limit = detached.limit(), "refused: too many detached actions running");
+                        Error::Overloaded
+                    }
+                    Refused::ShuttingDown => {
+                        metrics.count(Counter::ShuttingDown);
+                        tracing::debug!(%operation, %key, "refused: shutting down");
+                        Error::ShuttingDown
+                    }
+                });
+            }
+        };
+        // Boxed: the call and its action are a few kilobytes, and a caller that goes away
+        // moves them to a task of their own.
+        let rest = rest(call, action, slot, Arc::clone(metrics));
+        match Detaching::new(Box::pin(rest), runtime).await {
+            Some(ended) => resume(ended),
+            None => Err(Error::RuntimeShutdown),
+        }
+    }
+}
+
+/// The rest of a detached call from its action's start: the action run and its result
+/// recorded, unless the stop's deadline cuts it first. Then the call is dropped mid-action,
+/// its key left to its lease, and the answer is `None`.
+fn rest<S, C, T, E, F, Fut>(
+    mut call: Call<S, C, T, E>,
+    action: F,
+    mut slot: Slot,
+    metrics: Arc<Metrics>,
+) -> impl Future<Output = Option<Ended<T, E>>> + Send + 'static
+where
+    S: Store,
+    C: Codec<T>,
+    T: Send + 'static,
+    E: Send + 'static,
+    F: FnOnce(Claim) -> Fut + Send + 'static,
+    Fut: Future<Output: Into<Ending<T, E>>> + Send + 'static,
+{
+    async move {
         tokio::select! {
             biased;
-            ended = call.run(action) => Some(ended),
+            ended = call.finish(action) => Some(ended),
             () = slot.cut() => {
+                let (operation, key) = call.names();
                 // The call is dropped here, mid-action: its key is left to its lease.
-                task_metrics.count(Counter::ShutdownCut);
+                drop(call);
+                metrics.count(Counter::ShutdownCut);
                 tracing::warn!(%operation, %key, "cut by the shutdown's deadline; the key is left to its lease");
                 None
             }
         }
-    };
-    // Boxed: the call and its action are several kilobytes, and a caller that goes away moves
-    // them to a task of their own.
-    match Detaching::new(Box::pin(task), runtime).await {
-        Some(ended) => resume(ended),
-        None => Err(Error::RuntimeShutdown),
     }
 }
 
