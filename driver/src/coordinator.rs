@@ -555,6 +555,10 @@ impl<S: Store> Coordinator<S> {
 /// Not an async fn, and neither is [`rest`]: an async fn keeps its arguments apart from the
 /// locals it moves them to, so the call would be held twice in the caller's future and again
 /// in the boxed rest. An async block uses what it captures in place.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold the call twice; see above"
+)]
 fn spawned<S, C, T, E, F, Fut>(
     mut call: Call<S, C, T, E>,
     action: F,
@@ -615,6 +619,10 @@ where
 /// The rest of a detached call from its action's start: the action run and its result
 /// recorded, unless the stop's deadline cuts it first. Then the call is dropped mid-action,
 /// its key left to its lease, and the answer is `None`.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold the call twice; see `spawned`"
+)]
 fn rest<S, C, T, E, F, Fut>(
     mut call: Call<S, C, T, E>,
     action: F,
@@ -650,5 +658,74 @@ fn resume<T, E>(ended: Ended<T, E>) -> Result<Answer<T>, Error<E>> {
     match ended {
         Ended::Answer(answer) => answer,
         Ended::Panic(payload) => panic::resume_unwind(payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::mem::size_of_val;
+
+    use super::*;
+    use crate::memory::MemoryStore;
+
+    async fn charge(_claim: Claim) -> Result<String, Infallible> {
+        Ok("ch_1".to_owned())
+    }
+
+    /// The size of the call's loop up to the action, for `action`'s type.
+    fn until_run_size<F, Fut>(
+        call: &mut Call<MemoryStore, Json, String, Infallible>,
+        _action: &F,
+    ) -> usize
+    where
+        F: FnOnce(Claim) -> Fut,
+        Fut: Future<Output: Into<Ending<String, Infallible>>>,
+    {
+        size_of_val(&call.until_run::<F, Fut>())
+    }
+
+    /// Each half of a detached call holds the call's state once: what a half adds to the call
+    /// and the future of the call's loop is a few words, not a second copy of the call (an
+    /// async fn taking the call by value would hold it twice, and a future built from it a
+    /// third time). Every call in flight carries these futures, and the rest is copied whole
+    /// into its box.
+    #[test]
+    fn a_detached_call_holds_its_state_once() {
+        let coordinator = Coordinator::new(MemoryStore::new(), Options::default());
+        let operation = Operation::new("charge").expect("a valid operation");
+        let fingerprint = Fingerprint::of_bytes(b"order-1");
+        let new_call = || {
+            coordinator
+                .call::<String, Infallible, _>(operation.clone(), "k", fingerprint, Json, None)
+                .expect("a call")
+        };
+        let mut call = new_call();
+        let call_size = size_of_val(&call);
+        let until_run = until_run_size(&mut call, &charge);
+        let finish = size_of_val(&call.finish(charge));
+        // The rest also holds its detached place and the future that waits for a cut; either
+        // half, its own few words. Well under a second copy of the call.
+        let slack = 384;
+        assert!(slack < call_size);
+
+        let first = spawned(
+            new_call(),
+            charge,
+            &coordinator.detached,
+            &coordinator.metrics,
+        );
+        assert!(
+            size_of_val(&first) <= call_size + until_run + slack,
+            "the caller's half is {} bytes: the call is {call_size} and its loop {until_run}",
+            size_of_val(&first)
+        );
+        let slot = coordinator.detached.enter().expect("a detached place");
+        let rest = rest(call, charge, slot, Arc::clone(&coordinator.metrics));
+        assert!(
+            size_of_val(&rest) <= call_size + finish + slack,
+            "the rest is {} bytes: the call is {call_size} and its loop {finish}",
+            size_of_val(&rest)
+        );
     }
 }
