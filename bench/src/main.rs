@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use idem_bench::redis::bench::compare::{self, CompareConfig};
 use idem_bench::redis::bench::{self, BenchConfig, CallsPhase};
 use idem_bench::redis::table;
 
@@ -22,7 +23,8 @@ const EXIT_STATUS: &str =
     about = "idem on real stores: the article's table and the throughput bench",
     override_usage = "idem-bench table --redis URL\n       \
         idem-bench bench --redis URL [--concurrency N[,N...]] [--window-ms MS] [--json]\n       \
-        idem-bench calls --redis URL --phase raw_fresh|fresh --calls N [--concurrency N]",
+        idem-bench calls --redis URL --phase raw_fresh|fresh --calls N [--concurrency N]\n       \
+        idem-bench compare --redis URL [--concurrency N[,N...]] [--rounds N] [--calls N]",
     after_help = EXIT_STATUS,
     arg_required_else_help = false
 )]
@@ -89,6 +91,39 @@ enum Sub {
         )]
         concurrency: usize,
     },
+    /// Fresh calls against the store's own two commands, alternated in rounds: the median
+    /// and pooled ratio of fresh to raw_fresh at each concurrency
+    #[command(after_help = EXIT_STATUS)]
+    Compare {
+        /// The Redis server (standalone), e.g. redis://127.0.0.1:6379
+        #[arg(long, value_name = "URL")]
+        redis: String,
+        /// Concurrency levels, each compared in full (repeatable or comma-separated)
+        #[arg(
+            long,
+            value_name = "N",
+            value_delimiter = ',',
+            default_values_t = CompareConfig::default().concurrency,
+            value_parser = RangedU64ValueParser::<usize>::new().range(1..)
+        )]
+        concurrency: Vec<usize>,
+        /// Rounds at each level, each running both phases (the order reversed every round)
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = CompareConfig::default().rounds,
+            value_parser = RangedU64ValueParser::<usize>::new().range(1..)
+        )]
+        rounds: usize,
+        /// Calls of each phase in each round
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = CompareConfig::default().calls,
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
+        calls: u64,
+    },
 }
 
 /// What the command line asked for.
@@ -106,6 +141,9 @@ enum Command {
         phase: CallsPhase,
         concurrency: usize,
         calls: u64,
+    },
+    Compare {
+        config: CompareConfig,
     },
 }
 
@@ -145,6 +183,23 @@ fn parse(args: &[String]) -> Result<Command, clap::Error> {
             concurrency,
             calls,
         },
+        Sub::Compare {
+            redis,
+            mut concurrency,
+            rounds,
+            calls,
+        } => {
+            concurrency.sort_unstable();
+            concurrency.dedup();
+            Command::Compare {
+                config: CompareConfig {
+                    url: redis,
+                    concurrency,
+                    rounds,
+                    calls,
+                },
+            }
+        }
     })
 }
 
@@ -220,6 +275,7 @@ fn main() -> ExitCode {
             concurrency,
             calls,
         } => runtime.block_on(redis_calls(&url, phase, concurrency, calls)),
+        Command::Compare { config } => runtime.block_on(redis_compare(&config)),
     };
     if ok {
         ExitCode::SUCCESS
@@ -294,6 +350,24 @@ async fn redis_calls(url: &str, phase: CallsPhase, concurrency: usize, calls: u6
     }
 }
 
+/// Fresh against raw_fresh in alternated rounds: each round, then each level's median and
+/// pooled ratio; true when it ran and no call failed.
+async fn redis_compare(config: &CompareConfig) -> bool {
+    match compare::compare(config).await {
+        Ok(levels) => {
+            print!("{}", compare::text(&levels));
+            levels
+                .iter()
+                .flat_map(|level| &level.rounds)
+                .all(|round| round.raw_fresh.errors == 0 && round.fresh.errors == 0)
+        }
+        Err(err) => {
+            eprintln!("idem-bench compare: {err}");
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,7 +426,38 @@ mod tests {
             panic!("calls did not parse");
         };
         assert_eq!((phase, concurrency), (CallsPhase::RawFresh, 8));
+        let Ok(Command::Compare { config }) = parse(&args("compare --redis redis://h:4")) else {
+            panic!("compare did not parse");
+        };
+        let defaults = CompareConfig::default();
+        assert_eq!(
+            (
+                config.url.as_str(),
+                config.concurrency,
+                config.rounds,
+                config.calls
+            ),
+            (
+                "redis://h:4",
+                defaults.concurrency,
+                defaults.rounds,
+                defaults.calls
+            )
+        );
+        let Ok(Command::Compare { config }) = parse(&args(
+            "compare --redis u --concurrency 256,64,256 --rounds 3 --calls 1000",
+        )) else {
+            panic!("compare did not parse");
+        };
+        assert_eq!(
+            (config.concurrency, config.rounds, config.calls),
+            (vec![64, 256], 3, 1000)
+        );
         for (bad, says) in [
+            ("compare --redis u --rounds 0", "--rounds"),
+            ("compare --redis u --calls 0", "--calls"),
+            ("compare --redis u --concurrency 0", "--concurrency"),
+            ("compare --rounds 2", "--redis"),
             ("calls --redis u --phase other --calls 1", "--phase"),
             ("calls --redis u --phase fresh", "--calls"),
             ("bench --concurrency 4", "--redis"),

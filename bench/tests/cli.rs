@@ -21,10 +21,16 @@ fn help_and_version_go_to_stdout_with_status_zero() {
     assert!(err.is_empty(), "{err}");
     assert!(out.contains("table --redis URL") && out.contains("bench --redis URL"));
     assert!(out.contains("calls --redis URL --phase raw_fresh|fresh --calls N"));
+    assert!(out.contains("compare --redis URL [--concurrency N[,N...]] [--rounds N]"));
     let (code, out, _) = idem_bench(&["bench", "--help"]);
     assert_eq!(code, 0);
     for option in ["--redis", "--concurrency", "--window-ms", "--json"] {
         assert!(out.contains(option), "bench --help lacks {option}: {out}");
+    }
+    let (code, out, _) = idem_bench(&["compare", "--help"]);
+    assert_eq!(code, 0);
+    for option in ["--redis", "--concurrency", "--rounds", "--calls"] {
+        assert!(out.contains(option), "compare --help lacks {option}: {out}");
     }
     let (code, out, _) = idem_bench(&["--version"]);
     assert_eq!(code, 0);
@@ -78,4 +84,8 @@ fn a_server_that_cannot_be_reached_exits_with_status_one() {
     ]);
     assert_eq!(code, 1, "{out}");
     assert!(err.contains("idem-bench calls: cannot connect"), "{err}");
+    let (code, out, err) = idem_bench(&["compare", "--redis", "redis://127.0.0.1:1"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("idem-bench compare: cannot connect"), "{err}");
 }

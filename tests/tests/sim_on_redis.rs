@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use idem_bench::redis::bench::{self, BenchConfig, CallsPhase};
+use idem_bench::redis::bench::{self, BenchConfig, CallsPhase, compare};
 use idem_bench::redis::table as redis_table;
 use idem_tests::redis::RedisServer;
 
@@ -116,4 +116,45 @@ async fn the_calls_harness_runs_exactly_the_calls_asked_for() {
             .expect("the harness runs");
         assert_eq!((load.calls, load.errors), (300, 0), "{phase:?}");
     }
+}
+
+/// `idem-bench compare`, the ratio of fresh calls to the store's two commands, alternates
+/// the order of the phases from round to round and runs every round on keys of its own: each
+/// call, raw or through the driver, wrote a record of its own (a round on an earlier round's
+/// keys would replay, and its raw reserves would fail), and every call succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_comparison_alternates_the_phases_on_keys_of_each_rounds_own() {
+    let server = RedisServer::start();
+    let config = compare::CompareConfig {
+        url: server.url(),
+        concurrency: vec![8],
+        rounds: 3,
+        calls: 200,
+    };
+    let levels = compare::compare(&config)
+        .await
+        .expect("the comparison runs");
+    assert_eq!(levels.len(), 1);
+    let level = &levels[0];
+    assert_eq!(level.concurrency, 8);
+    let order: Vec<bool> = level.rounds.iter().map(|r| r.raw_first).collect();
+    assert_eq!(order, [true, false, true]);
+    for round in &level.rounds {
+        assert_eq!((round.raw_fresh.calls, round.raw_fresh.errors), (200, 0));
+        assert_eq!((round.fresh.calls, round.fresh.errors), (200, 0));
+        assert!(round.ratio().is_some_and(|r| r > 0.0));
+    }
+    assert!(level.median().is_some() && level.pooled().is_some());
+    let client = redis::Client::open(server.url()).expect("a client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection");
+    let records: u64 = redis::cmd("DBSIZE")
+        .query_async(&mut conn)
+        .await
+        .expect("DBSIZE");
+    assert_eq!(records, 3 * 2 * 200, "one record per call");
+    let text = compare::text(&levels);
+    assert!(text.contains("fresh / raw_fresh at 8: median "), "{text}");
 }

@@ -20,6 +20,7 @@
 //! ([`BenchReport::text`], [`BenchReport::json`]) with the ratios that BENCHMARKS.md sets
 //! targets for.
 
+pub mod compare;
 pub mod load;
 mod report;
 pub mod server;
