@@ -155,6 +155,47 @@ async fn the_comparison_alternates_the_phases_on_keys_of_each_rounds_own() {
         .await
         .expect("DBSIZE");
     assert_eq!(records, 3 * 2 * 200, "one record per call");
+    // The order the phases really ran in, read from the server: a record expires at its
+    // complete's instant plus the retention, so in each round every record of the phase
+    // that ran first expires no later than any of the phase that ran second.
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    let mut pipe = redis::pipe();
+    for name in &names {
+        pipe.cmd("PEXPIRETIME").arg(name);
+    }
+    let expiries: Vec<i64> = pipe.query_async(&mut conn).await.expect("PEXPIRETIME");
+    for (round, raw_first) in order.iter().enumerate() {
+        let span = |phase: &str| {
+            let tag = format!(".{round}-{phase}-8-");
+            let of_phase: Vec<i64> = names
+                .iter()
+                .zip(&expiries)
+                .filter(|(name, _)| name.contains(&tag))
+                .map(|(_, &at)| at)
+                .collect();
+            assert_eq!(of_phase.len(), 200, "round {round}, {phase}");
+            assert!(of_phase.iter().all(|&at| at > 0), "round {round}, {phase}");
+            let first = of_phase.iter().copied().min().unwrap_or_default();
+            let last = of_phase.iter().copied().max().unwrap_or_default();
+            (first, last)
+        };
+        let (raw, fresh) = (span("raw"), span("fresh"));
+        let (earlier, later) = if *raw_first {
+            (raw, fresh)
+        } else {
+            (fresh, raw)
+        };
+        assert!(
+            earlier.1 <= later.0,
+            "round {round} (raw first: {raw_first}): the first phase's records expire until {}, the second's from {}",
+            earlier.1,
+            later.0
+        );
+    }
     let text = compare::text(&levels);
     assert!(text.contains("fresh / raw_fresh at 8: median "), "{text}");
 }

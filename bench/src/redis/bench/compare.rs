@@ -10,12 +10,9 @@
 //! `raw_fresh`). Nothing here is asserted: the figures are reported.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
-
-use idem::Coordinator;
 
 use super::load::{self, LoadStats};
-use super::{BenchError, charge, connect, key, options, owner, raw_fresh};
+use super::{BenchError, CallsPhase, Harness};
 
 /// What to compare.
 #[derive(Debug, Clone)]
@@ -104,9 +101,7 @@ impl Comparison {
 /// unique to this run, each round's and phase's apart, and expire after the minimum
 /// retention.
 pub async fn compare(config: &CompareConfig) -> Result<Vec<Comparison>, BenchError> {
-    let (salt, run_id, store) = connect(&config.url).await?;
-    let options = options()?;
-    let coordinator = Arc::new(Coordinator::new(store.clone(), options.clone()));
+    let harness = Harness::connect(&config.url).await?;
     let until = load::Until::Calls(config.calls);
     let mut levels = Vec::with_capacity(config.concurrency.len());
     for &c in &config.concurrency {
@@ -114,29 +109,15 @@ pub async fn compare(config: &CompareConfig) -> Result<Vec<Comparison>, BenchErr
         for round in 0..config.rounds {
             let raw_first = round.is_multiple_of(2);
             // Keys of this round's own: a later round's fresh calls are fresh too.
-            let run = format!("{run_id}.{round}");
-            let raw_phase = || {
-                let (s, o, r) = (store.clone(), options.clone(), run.clone());
-                // Owner tokens distinct across rounds as well as calls.
-                let base = round as u64 * config.calls;
-                load::run_until(c, until, move |i| {
-                    let (s, o, k) = (s.clone(), o.clone(), key(&r, "raw", c, i));
-                    async move { raw_fresh(&s, &o, &k, owner(salt, base + i)).await }
-                })
-            };
-            let fresh_phase = || {
-                let (co, r) = (Arc::clone(&coordinator), run.clone());
-                load::run_until(c, until, move |i| {
-                    let (co, k) = (Arc::clone(&co), key(&r, "fresh", c, i));
-                    async move { charge(&co, &k, std::time::Duration::ZERO).await.map(drop) }
-                })
-            };
+            let run = format!("{}.{round}", harness.run_id);
+            let raw = || harness.phase(CallsPhase::RawFresh, &run, c, until);
+            let fresh = || harness.phase(CallsPhase::Fresh, &run, c, until);
             let (raw_fresh, fresh) = if raw_first {
-                let raw = raw_phase().await;
-                (raw, fresh_phase().await)
+                let raw = raw().await;
+                (raw, fresh().await)
             } else {
-                let fresh = fresh_phase().await;
-                (raw_phase().await, fresh)
+                let fresh = fresh().await;
+                (raw().await, fresh)
             };
             rounds.push(Round {
                 raw_first,

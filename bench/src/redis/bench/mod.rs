@@ -290,30 +290,72 @@ pub async fn calls(
     concurrency: usize,
     total: u64,
 ) -> Result<LoadStats, BenchError> {
-    let (salt, run_id, store) = connect(url).await?;
-    let options = options()?;
-    let until = load::Until::Calls(total);
-    Ok(match phase {
-        CallsPhase::RawFresh => {
-            load::run_until(concurrency, until, move |i| {
-                let (s, o) = (store.clone(), options.clone());
-                let k = key(&run_id, "raw", concurrency, i);
-                async move { raw_fresh(&s, &o, &k, owner(salt, i)).await }
-            })
-            .await
+    let harness = Harness::connect(url).await?;
+    Ok(harness
+        .phase(
+            phase,
+            &harness.run_id,
+            concurrency,
+            load::Until::Calls(total),
+        )
+        .await)
+}
+
+/// What the counted phases run against: the store under a prefix of this run's own, a
+/// coordinator over it, and the run's salt for the raw phase's owner tokens. `calls` runs one
+/// phase with it, `compare` both in rounds.
+struct Harness {
+    salt: u64,
+    run_id: String,
+    store: RedisStore,
+    options: Options,
+    coordinator: Arc<Coordinator<RedisStore>>,
+}
+
+impl Harness {
+    async fn connect(url: &str) -> Result<Self, BenchError> {
+        let (salt, run_id, store) = connect(url).await?;
+        let options = options()?;
+        let coordinator = Arc::new(Coordinator::new(store.clone(), options.clone()));
+        Ok(Self {
+            salt,
+            run_id,
+            store,
+            options,
+            coordinator,
+        })
+    }
+
+    /// Calls of `phase` at `concurrency` until `until`, on new keys named after `run`
+    /// (distinct per phase, concurrency and call).
+    async fn phase(
+        &self,
+        phase: CallsPhase,
+        run: &str,
+        concurrency: usize,
+        until: load::Until,
+    ) -> LoadStats {
+        let run = run.to_owned();
+        match phase {
+            CallsPhase::RawFresh => {
+                let (store, options, salt) = (self.store.clone(), self.options.clone(), self.salt);
+                load::run_until(concurrency, until, move |i| {
+                    let (s, o) = (store.clone(), options.clone());
+                    let k = key(&run, "raw", concurrency, i);
+                    async move { raw_fresh(&s, &o, &k, owner(salt, i)).await }
+                })
+                .await
+            }
+            CallsPhase::Fresh => {
+                let coordinator = Arc::clone(&self.coordinator);
+                load::run_until(concurrency, until, move |i| {
+                    let (co, k) = (Arc::clone(&coordinator), key(&run, "fresh", concurrency, i));
+                    async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
+                })
+                .await
+            }
         }
-        CallsPhase::Fresh => {
-            let coordinator = Arc::new(Coordinator::new(store, options));
-            load::run_until(concurrency, until, move |i| {
-                let (co, k) = (
-                    Arc::clone(&coordinator),
-                    key(&run_id, "fresh", concurrency, i),
-                );
-                async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
-            })
-            .await
-        }
-    })
+    }
 }
 
 /// A charge through the driver: the action returns a charge id after `takes`.
