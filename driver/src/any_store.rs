@@ -26,6 +26,13 @@ trait DynStore: Send + Sync + 'static {
         command: Command,
     ) -> Boxed<'a, Result<Reply, StoreError>>;
 
+    fn apply_bounded_boxed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        command: Command,
+    ) -> Boxed<'a, Result<Reply, StoreError>>;
+
     fn changed_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()>;
 
     fn watch_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()>;
@@ -41,6 +48,15 @@ impl<S: Store> DynStore for S {
         command: Command,
     ) -> Boxed<'a, Result<Reply, StoreError>> {
         Box::pin(self.apply(operation, key, command))
+    }
+
+    fn apply_bounded_boxed<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        command: Command,
+    ) -> Boxed<'a, Result<Reply, StoreError>> {
+        Box::pin(self.apply_bounded(operation, key, command))
     }
 
     fn changed_boxed<'a>(&'a self, operation: &'a Operation, key: &'a Key) -> Boxed<'a, ()> {
@@ -95,6 +111,15 @@ impl Store for AnyStore {
         command: Command,
     ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a {
         self.0.apply_boxed(operation, key, command)
+    }
+
+    fn apply_bounded<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        command: Command,
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a {
+        self.0.apply_bounded_boxed(operation, key, command)
     }
 
     fn changed<'a>(

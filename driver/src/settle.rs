@@ -110,10 +110,12 @@ async fn settle<S: Store>(
         match attempt.poll(clock.now()) {
             Step::Send { command, reply_by } => {
                 let kind = command.kind();
-                let apply = store.apply(&operation, &key, command);
                 let answer = match clock.instant(reply_by) {
-                    Some(deadline) => tokio::time::timeout_at(deadline, apply).await.ok(),
-                    None => Some(apply.await),
+                    Some(deadline) => {
+                        let apply = store.apply_bounded(&operation, &key, command);
+                        tokio::time::timeout_at(deadline, apply).await.ok()
+                    }
+                    None => Some(store.apply(&operation, &key, command).await),
                 };
                 let now = clock.now();
                 let fed = match answer {

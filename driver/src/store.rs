@@ -62,6 +62,23 @@ pub trait Store: Send + Sync + 'static {
         command: Command,
     ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a;
 
+    /// As [`apply`](Self::apply), sent by a caller that bounds the command itself: it drops
+    /// the returned future at a deadline of its own. The driver sends every command this
+    /// way when the attempt's reply deadline is one a timer can hold, and drops it there
+    /// (rule 12), so the store's own command timeout, a backstop for callers with no
+    /// deadline, could never fire: a store may leave it out here, one timer fewer per
+    /// command. Every other guarantee of `apply` holds.
+    ///
+    /// The provided implementation is `apply`.
+    fn apply_bounded<'a>(
+        &'a self,
+        operation: &'a Operation,
+        key: &'a Key,
+        command: Command,
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send + 'a {
+        self.apply(operation, key, command)
+    }
+
     /// A future that resolves when the record of `key` under `operation` may have stopped
     /// being pending: it was completed or released, or its lease ran out.
     ///

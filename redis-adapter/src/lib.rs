@@ -40,8 +40,9 @@
 //! deadline passed, and the attempt retries it with its own backoff. The store adds no
 //! policy of its own: its per-command timeout
 //! ([`RedisStoreBuilder::command_timeout`], 1 s by default, twice the default reply deadline
-//! as for every store) is only a backstop for commands
-//! sent without a deadline, the standalone connection never resends a command (it only
+//! as for every store) is only a backstop for commands sent without a deadline
+//! (`Store::apply`; the driver sends with `Store::apply_bounded`, and the store arms no timer
+//! for those), the standalone connection never resends a command (it only
 //! reconnects), and the Cluster client is built with no request retries.
 //!
 //! # A server that may evict is refused

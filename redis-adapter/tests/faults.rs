@@ -280,6 +280,7 @@ async fn a_stalled_link_is_cut_short_by_the_command_timeout() {
 
 /// The store's own timeout is a backstop for a command sent with no deadline of its own
 /// (here, straight to `Store::apply`): a stalled link still returns, as an unknown outcome.
+/// A command sent with `Store::apply_bounded` has no backstop: its caller bounds it.
 #[tokio::test]
 async fn the_backstop_bounds_a_command_sent_without_a_deadline() {
     let server = RedisServer::start();
@@ -324,6 +325,12 @@ async fn the_backstop_bounds_a_command_sent_without_a_deadline() {
     assert!(waited >= backstop, "waited {waited:?}");
     // Generous bound (the machine is shared): the point is that the call returns at all.
     assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+
+    // A caller that bounds the command itself (the driver, at the attempt's reply deadline)
+    // gets no timer of the store's: the command waits as long as the caller lets it.
+    let (key, command) = reserve("k2");
+    let bounded = tokio::time::timeout(backstop * 3, store.apply_bounded(&op, &key, command)).await;
+    assert!(bounded.is_err(), "{bounded:?}");
     proxy.resume();
 }
 

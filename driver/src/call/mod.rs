@@ -269,7 +269,10 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     Some(action) => self.start(action, now, running.as_mut())?,
                     None => return Ok(Paused::AtRun),
                 },
-                Step::Send { command: next, .. } => {
+                Step::Send {
+                    command: next,
+                    reply_by,
+                } => {
                     if self.answered_from_cache(&next, now)? {
                         continue;
                     }
@@ -286,9 +289,15 @@ impl<S: Store, C: Codec<T>, T, E> Call<S, C, T, E> {
                     };
                     match transaction {
                         Some(completing) => command.set(Either::Right(completing).fuse()),
-                        None => {
-                            command.set(Either::Left(store.apply(&operation, &key, next)).fuse())
-                        }
+                        // The loop's timer gives the command up at `reply_by` (rule 12):
+                        // the store's own backstop is not needed then.
+                        None if self.clock.instant(reply_by).is_some() => command.set(
+                            Either::Left(Either::Left(store.apply_bounded(&operation, &key, next)))
+                                .fuse(),
+                        ),
+                        None => command.set(
+                            Either::Left(Either::Right(store.apply(&operation, &key, next))).fuse(),
+                        ),
                     }
                 }
                 Step::Wait { until } => {

@@ -22,7 +22,7 @@ use redis::Value;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 
 use super::RedisStore;
-use super::connection::Connection;
+use super::connection::{Bound, Connection};
 use super::reply::UnexpectedReply;
 
 /// The most keys one `SCAN` asks a node for.
@@ -88,7 +88,10 @@ impl AdminStore for RedisStore {
         let command = Command::Release { owner };
         let args = [owner.to_bytes().to_vec()];
         let script = &self.inner.scripts.forget;
-        match self.eval(&command, script, &redis_key, &args).await? {
+        match self
+            .eval(&command, Bound::Backstop, script, &redis_key, &args)
+            .await?
+        {
             Value::Array(reply) => match reply.first() {
                 Some(Value::BulkString(verb)) if verb == b"D" => Ok(true),
                 Some(Value::BulkString(verb)) if verb == b"N" => Ok(false),

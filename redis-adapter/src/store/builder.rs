@@ -150,10 +150,14 @@ impl RedisStoreBuilder {
     /// This is not how long a call waits for Redis: the attempt's own reply deadline
     /// (`Options::reply_timeout` of `idem`, 500 ms by default) governs, and the driver drops
     /// a command whose deadline passed, then retries it as the attempt's policy says
-    /// (rule 12). Keep the backstop above the reply timeout, so that it never decides for
-    /// the attempt; it bounds only commands sent with no deadline of their own.
+    /// (rule 12). The driver sends its commands with [`Store::apply_bounded`], which arms
+    /// no timer of the store's; the backstop bounds only commands sent with no deadline of
+    /// their own ([`Store::apply`], an operator's commands). Keep it above the reply
+    /// timeout, so that where both run it never decides for the attempt.
     ///
     /// [`StoreError::Unavailable`]: idem::StoreError::Unavailable
+    /// [`Store::apply_bounded`]: idem::Store::apply_bounded
+    /// [`Store::apply`]: idem::Store::apply
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));
@@ -355,9 +359,9 @@ impl RedisStoreBuilder {
 
     fn manager_config(&self) -> ConnectionManagerConfig {
         // No response timeout of the manager's own: every command the store sends is
-        // already bounded by the command timeout (`within_timeout`), and a second timer per
-        // command is measurable client work at high concurrency. A timed-out reply never made
-        // the manager reconnect either way.
+        // already bounded, by its caller's deadline or by the command timeout (`within`),
+        // and a second timer per command is measurable client work at high concurrency. A
+        // timed-out reply never made the manager reconnect either way.
         ConnectionManagerConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(self.connect_timeout))

@@ -30,19 +30,38 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// What bounds a command's wait for its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// The store's backstop, [`RedisStore::command_timeout`]: for a caller with no deadline
+    /// of its own ([`Store::apply`](idem::Store::apply), an operator's tool).
+    Backstop,
+    /// The caller, which drops the command at a deadline of its own
+    /// ([`Store::apply_bounded`](idem::Store::apply_bounded)): no timer of the store's.
+    Caller,
+}
+
 impl RedisStore {
-    /// Awaits `call` within the backstop timeout; every failure is `Unavailable`. A driver
-    /// that gives the command up at the attempt's reply deadline drops this future first.
-    pub(super) async fn within_timeout<T>(
+    /// Awaits `call` as `bound` says; every failure is `Unavailable`. A driver that gives
+    /// the command up at the attempt's reply deadline drops this future first.
+    pub(super) async fn within<T>(
         &self,
         command: &Command,
+        bound: Bound,
         call: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        let timeout = self.inner.command_timeout;
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(StoreError::unavailable(command, error)),
-            Err(_) => Err(StoreError::unavailable(command, CommandTimeout(timeout))),
-        }
+        let answer = match bound {
+            Bound::Caller => call.await,
+            Bound::Backstop => {
+                let timeout = self.inner.command_timeout;
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        return Err(StoreError::unavailable(command, CommandTimeout(timeout)));
+                    }
+                }
+            }
+        };
+        answer.map_err(|error| StoreError::unavailable(command, error))
     }
 }

@@ -10,6 +10,7 @@ use idem_core::{Fence, Fingerprint, Key, Operation, OwnerToken, Reservation};
 use redis::Value;
 
 use super::RedisStore;
+use super::connection::Bound;
 use super::reply::UnexpectedReply;
 use crate::codec;
 use crate::fast_reserve::{self, Decision};
@@ -42,6 +43,7 @@ impl RedisStore {
         operation: &Operation,
         key: &Key,
         command: &Command,
+        bound: Bound,
         lease_ms: u64,
     ) -> Result<Option<Reply>, StoreError> {
         let Command::Reserve {
@@ -53,7 +55,7 @@ impl RedisStore {
         let redis_key = self.inner.layout.record_key(operation, key);
         if self.inner.fences {
             return self
-                .fenced_fast_reserve(command, &redis_key, *owner, *fingerprint, lease_ms)
+                .fenced_fast_reserve(command, bound, &redis_key, *owner, *fingerprint, lease_ms)
                 .await;
         }
         let mut set = redis::cmd("SET");
@@ -83,7 +85,7 @@ impl RedisStore {
                 other => other.map(Some),
             }
         };
-        let Some(replies) = self.within_timeout(command, call).await? else {
+        let Some(replies) = self.within(command, bound, call).await? else {
             return Ok(None);
         };
         let mut replies = replies.into_iter();
@@ -120,6 +122,7 @@ impl RedisStore {
     async fn fenced_fast_reserve(
         &self,
         command: &Command,
+        bound: Bound,
         redis_key: &str,
         owner: OwnerToken,
         fingerprint: Fingerprint,
@@ -135,7 +138,7 @@ impl RedisStore {
             },
         ];
         let script = &self.inner.scripts.reserve_fenced;
-        let value = self.eval(command, script, redis_key, &args).await?;
+        let value = self.eval(command, bound, script, redis_key, &args).await?;
         let unexpected = |detail: String| {
             StoreError::unavailable(
                 command,

@@ -41,7 +41,7 @@ pub use self::health::{Health, HealthError, NO_EVICTION, NodePolicy, PolicyReadE
 pub use self::reply::UnexpectedReply;
 pub use self::stats::StoreStats;
 
-use self::connection::Connection;
+use self::connection::{Bound, Connection};
 use self::stats::Counters;
 
 /// The record machine on Redis: a [`Store`] for a standalone server or a Cluster.
@@ -127,8 +127,37 @@ impl RedisStore {
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timestamp), StoreError> {
-        let result = self.run(operation, key, &command).await;
+        let result = self.run(operation, key, &command, Bound::Backstop).await;
         self.count(result)
+    }
+
+    /// A command of the record machine, its wait bounded as `bound` says: the single-command
+    /// reserve or the fast complete where they apply, the command's script otherwise.
+    async fn command(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+        bound: Bound,
+    ) -> Result<Reply, StoreError> {
+        if let Some(lease_ms) = self.fast_reserve_lease(&command)
+            && let Some(reply) = self.count(
+                self.fast_reserve(operation, key, &command, bound, lease_ms)
+                    .await,
+            )?
+        {
+            return Ok(reply);
+        }
+        if let Some(retention_ms) = self.fast_complete_retention(&command)
+            && let Some(reply) = self.count(
+                self.fast_complete(operation, key, &command, bound, retention_ms)
+                    .await,
+            )?
+        {
+            return Ok(reply);
+        }
+        let result = self.run(operation, key, &command, bound).await;
+        self.count(result).map(|(reply, _)| reply)
     }
 }
 
@@ -139,23 +168,18 @@ impl Store for RedisStore {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        if let Some(lease_ms) = self.fast_reserve_lease(&command)
-            && let Some(reply) =
-                self.count(self.fast_reserve(operation, key, &command, lease_ms).await)?
-        {
-            return Ok(reply);
-        }
-        if let Some(retention_ms) = self.fast_complete_retention(&command)
-            && let Some(reply) = self.count(
-                self.fast_complete(operation, key, &command, retention_ms)
-                    .await,
-            )?
-        {
-            return Ok(reply);
-        }
-        self.apply_timed(operation, key, command)
-            .await
-            .map(|(reply, _)| reply)
+        self.command(operation, key, command, Bound::Backstop).await
+    }
+
+    /// As [`apply`](Self::apply), without the store's backstop timer: the caller drops the
+    /// command at its own deadline.
+    async fn apply_bounded(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        self.command(operation, key, command, Bound::Caller).await
     }
 
     /// With notices on, resolves when a complete or release of this record is announced,

@@ -11,7 +11,7 @@ use idem_core::{Fingerprint, Key, Operation, OwnerToken, Timestamp};
 use redis::{ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use super::RedisStore;
-use super::connection::Connection;
+use super::connection::{Bound, Connection};
 use super::fast_reserve::MAX_FAST_RESERVE_LEASE_MS;
 use super::reply::{UnexpectedReply, parse_reply};
 use crate::codec::{self, MAX_DEADLINE_MS};
@@ -25,6 +25,7 @@ impl RedisStore {
         operation: &Operation,
         key: &Key,
         command: &Command,
+        bound: Bound,
     ) -> Result<(Reply, Timestamp), StoreError> {
         let redis_key = self.inner.layout.record_key(operation, key);
         let scripts = &self.inner.scripts;
@@ -88,7 +89,7 @@ impl RedisStore {
             Command::Release { owner } => (&scripts.release, vec![token(*owner), channel()]),
             Command::Read => (&scripts.read, Vec::new()),
         };
-        let value = self.eval(command, script, &redis_key, &args).await?;
+        let value = self.eval(command, bound, script, &redis_key, &args).await?;
         parse_reply(command, &redis_key, value)
     }
 
@@ -112,6 +113,7 @@ impl RedisStore {
         operation: &Operation,
         key: &Key,
         command: &Command,
+        bound: Bound,
         retention_ms: u64,
     ) -> Result<Option<Reply>, StoreError> {
         let Command::Complete {
@@ -130,7 +132,7 @@ impl RedisStore {
             (retention_ms - 1).to_string().into_bytes(),
         ];
         let script = &self.inner.scripts.complete_own;
-        match self.eval(command, script, &redis_key, &args).await? {
+        match self.eval(command, bound, script, &redis_key, &args).await? {
             Value::Int(1) => Ok(Some(Reply::Completed(Completion::InTime))),
             Value::Int(0) => Ok(None),
             other => Err(StoreError::unavailable(
@@ -143,12 +145,13 @@ impl RedisStore {
         }
     }
 
-    /// `script` on `redis_key` with `args`, within the backstop timeout: `EVALSHA`, and if
+    /// `script` on `redis_key` with `args`, bounded as `bound` says: `EVALSHA`, and if
     /// the server does not hold the script, `EVAL` with its source, which goes to the key's
     /// node and caches it there (counted in `script_fallbacks`).
     pub(super) async fn eval(
         &self,
         command: &Command,
+        bound: Bound,
         script: &Script,
         redis_key: &str,
         args: &[Vec<u8>],
@@ -171,7 +174,7 @@ impl RedisStore {
                 other => other,
             }
         };
-        self.within_timeout(command, call).await
+        self.within(command, bound, call).await
     }
 
     /// One command on the store's connection.
