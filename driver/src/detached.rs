@@ -15,16 +15,16 @@
 //! [`Error::Overloaded`]: crate::Error::Overloaded
 //! [`Error::ShuttingDown`]: crate::Error::ShuttingDown
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 /// The detached actions a coordinator allows at once by default.
 pub const DEFAULT_MAX_DETACHED: usize = 4096;
@@ -51,7 +51,51 @@ pub(crate) struct Detached {
     /// Told each time the last running action ends while closing.
     drained: Notify,
     /// Set once the stop's deadline passed: every running action is cut.
-    cut: watch::Sender<bool>,
+    cut: AtomicBool,
+    /// The wakers of the tasks running detached actions, woken by the cut.
+    parked: Mutex<Parked>,
+}
+
+/// The wakers of the tasks running detached actions, one entry per [`Slot`] that has waited.
+///
+/// A slot puts its task's waker here the first time it waits and again only when its task
+/// changes (a rest moved to a task of its own), and takes its entry out when dropped: two
+/// short locks a call, where a wait on a shared notification would lock at every poll.
+#[derive(Debug, Default)]
+struct Parked {
+    wakers: Vec<Option<Waker>>,
+    /// Entries whose slot was dropped, to be used again.
+    free: Vec<usize>,
+}
+
+impl Parked {
+    /// Keeps `waker` in a new entry, and returns where.
+    fn insert(&mut self, waker: Waker) -> usize {
+        match self.free.pop() {
+            Some(at) => {
+                self.wakers[at] = Some(waker);
+                at
+            }
+            None => {
+                self.wakers.push(Some(waker));
+                self.wakers.len() - 1
+            }
+        }
+    }
+
+    /// Gives up entry `at`, and returns its waker for the caller to drop outside the lock.
+    /// The entry stays in the list, free for the next slot: an index a slot holds is valid
+    /// until the slot gives it up.
+    fn remove(&mut self, at: usize) -> Option<Waker> {
+        let waker = self.wakers.get_mut(at)?.take();
+        self.free.push(at);
+        waker
+    }
+
+    /// Every waker kept, taken out (their entries stay their slots').
+    fn take_all(&mut self) -> Vec<Waker> {
+        self.wakers.iter_mut().filter_map(Option::take).collect()
+    }
 }
 
 /// Why an action could not start.
@@ -70,8 +114,14 @@ impl Detached {
             running: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             drained: Notify::new(),
-            cut: watch::Sender::new(false),
+            cut: AtomicBool::new(false),
+            parked: Mutex::new(Parked::default()),
         }
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Parked> {
+        // Nothing panics while holding the lock; a poisoned one holds whole entries.
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -109,7 +159,7 @@ impl Detached {
         }
         let slot = Slot {
             detached: Arc::clone(self),
-            cut: self.cut.subscribe(),
+            parked: None,
         };
         // A stop that began between the first look and the count: it may have seen no action
         // running, so this one must not start (the slot's drop gives the place back).
@@ -140,7 +190,13 @@ impl Detached {
             };
         }
         let cut = self.running();
-        self.cut.send_replace(true);
+        // The flag first, then the wakers: a slot that registers after they were taken reads
+        // the flag after its own lock, so it sees the cut (`Slot::poll_cut`).
+        self.cut.store(true, Ordering::SeqCst);
+        let parked = self.parked().take_all();
+        for waker in parked {
+            waker.wake();
+        }
         // A cut action is dropped at its task's next poll; the runtime's end drops the rest.
         let dropped = async {
             loop {
@@ -163,19 +219,63 @@ impl Detached {
 #[derive(Debug)]
 pub(crate) struct Slot {
     detached: Arc<Detached>,
-    cut: watch::Receiver<bool>,
+    /// This slot's entry among the parked wakers, and the waker kept there.
+    parked: Option<(usize, Waker)>,
 }
 
 impl Slot {
     /// Resolves when the stop's deadline passes with this action still running.
-    pub(crate) async fn cut(&mut self) {
-        // The sender lives in `Detached`, which this slot keeps alive.
-        let _ = self.cut.wait_for(|cut| *cut).await;
+    pub(crate) fn cut(&mut self) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| self.poll_cut(cx))
+    }
+
+    fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let detached = &*self.detached;
+        if detached.cut.load(Ordering::SeqCst) {
+            return Poll::Ready(());
+        }
+        if matches!(&self.parked, Some((_, kept)) if kept.will_wake(cx.waker())) {
+            // Kept already: the cut wakes it.
+            return Poll::Pending;
+        }
+        // Registered, or registered again for the task that polls it now; the waker it
+        // replaces is dropped outside the lock.
+        let waker = cx.waker().clone();
+        let replaced = {
+            let mut parked = detached.parked();
+            match self.parked.take() {
+                Some((at, kept)) => {
+                    // An entry stays in the list for its slot's life (`Parked::remove`).
+                    let old = parked
+                        .wakers
+                        .get_mut(at)
+                        .and_then(|entry| entry.replace(waker.clone()));
+                    self.parked = Some((at, waker));
+                    (old, Some(kept))
+                }
+                None => {
+                    let at = parked.insert(waker.clone());
+                    self.parked = Some((at, waker));
+                    (None, None)
+                }
+            }
+        };
+        drop(replaced);
+        // A cut that took the wakers before this registration set its flag first.
+        if detached.cut.load(Ordering::SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if let Some((at, _)) = self.parked.take() {
+            let waker = self.detached.parked().remove(at);
+            drop(waker);
+        }
         let before = self.detached.running.fetch_sub(1, Ordering::SeqCst);
         if before == 1 && self.detached.is_closing() {
             self.detached.drained.notify_waiters();
@@ -243,5 +343,51 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Detaching<F> {
         // On a runtime that is shutting down the task is dropped at once, as a task spawned
         // earlier would have been: the call's guard counts it left to its lease.
         drop(self.runtime.spawn(rest));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Waker;
+
+    use super::*;
+
+    fn waited(slot: &mut Slot) -> Poll<()> {
+        let mut cx = Context::from_waker(Waker::noop());
+        slot.poll_cut(&mut cx)
+    }
+
+    /// The parked wakers take one entry per slot that waits, and a dropped slot's entry is
+    /// used again: the list is as long as the most actions that ran at once, not as the
+    /// calls made.
+    #[test]
+    fn a_dropped_slot_gives_its_entry_back() {
+        let detached = Arc::new(Detached::new(8));
+        let mut slots: Vec<Slot> = (0..3).map(|_| detached.enter().unwrap()).collect();
+        for slot in &mut slots {
+            assert!(waited(slot).is_pending());
+            assert!(waited(slot).is_pending(), "waiting again keeps its entry");
+        }
+        assert_eq!(detached.parked().wakers.len(), 3);
+        for _ in 0..10 {
+            drop(slots.pop());
+            let mut slot = detached.enter().unwrap();
+            assert!(waited(&mut slot).is_pending());
+            slots.push(slot);
+        }
+        assert_eq!(detached.parked().wakers.len(), 3);
+        drop(slots);
+        let parked = detached.parked();
+        assert!(parked.wakers.iter().all(Option::is_none));
+        assert_eq!(parked.free.len(), 3);
+    }
+
+    /// A slot that registers after the cut took the wakers still sees it.
+    #[test]
+    fn a_slot_that_waits_after_the_cut_is_cut() {
+        let detached = Arc::new(Detached::new(8));
+        let mut slot = detached.enter().unwrap();
+        detached.cut.store(true, Ordering::SeqCst);
+        assert!(waited(&mut slot).is_ready());
     }
 }

@@ -132,3 +132,37 @@ async fn at_the_deadline_running_actions_are_cut_and_their_keys_left_to_their_le
     assert_eq!(again.unwrap().unwrap(), 1);
     assert_eq!(one_effect(&provider_after), Ok(()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_cut_reaches_an_action_whose_caller_hung_up() {
+    // A lease long enough that no renewal wakes the action during the stop: only the cut
+    // can.
+    let options = Options::builder()
+        .lease(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let coordinator = common::coordinator(options);
+    let provider = Arc::new(Provider::default());
+    let caller = charge(&coordinator, &provider, "a", Duration::from_secs(600));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The caller goes away mid-action: the rest of the call moves to a task of its own,
+    // which waits for the cut under a waker of its own.
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        coordinator.metrics().detached_running,
+        1,
+        "the action runs on"
+    );
+
+    let report = coordinator.shutdown(Duration::from_secs(1)).await;
+    assert_eq!((report.finished, report.cut), (0, 1));
+    let metrics = coordinator.metrics();
+    assert_eq!(
+        (metrics.shutdown_cut, metrics.detached_running),
+        (1, 0),
+        "cut on its own task, not left running past the stop"
+    );
+    assert_eq!(provider.charges().len(), 1);
+}
