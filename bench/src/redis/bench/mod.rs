@@ -140,13 +140,23 @@ fn fingerprint() -> Fingerprint {
     Fingerprint::of_bytes(b"amount=100")
 }
 
+/// The operation every phase charges under.
+const OPERATION: &str = "bench.charge";
+
 fn operation() -> Operation {
-    Operation::new("bench.charge").expect("a valid operation name")
+    Operation::new(OPERATION).expect("a valid operation name")
 }
 
-/// A key distinct per phase, concurrency and call within this run.
+/// A key distinct per phase, concurrency and call within this run, as a client sends it.
+/// The driver's phases hand it to `execute` as text, which checks it once, as a service
+/// hands it the header's; the raw phases check it themselves ([`key`]).
+fn key_text(run: &str, phase: &str, concurrency: usize, i: u64) -> String {
+    format!("{run}-{phase}-{concurrency}-{i}")
+}
+
+/// [`key_text`], checked, for the store's own commands.
 fn key(run: &str, phase: &str, concurrency: usize, i: u64) -> Key {
-    Key::new(format!("{run}-{phase}-{concurrency}-{i}")).expect("bench keys are valid")
+    Key::new(key_text(run, phase, concurrency, i)).expect("bench keys are valid")
 }
 
 /// Owner tokens for the raw phases: distinct per call, never reused in this run.
@@ -241,7 +251,7 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
 
         let (co, r) = (Arc::clone(&coordinator), run_id.clone());
         let fresh = measure(&mut admin, Some(&store), "fresh", c, window, move |i| {
-            let (co, k) = (Arc::clone(&co), key(&r, "fresh", c, i));
+            let (co, k) = (Arc::clone(&co), key_text(&r, "fresh", c, i));
             async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
         })
         .await?;
@@ -251,7 +261,10 @@ pub async fn run(config: &BenchConfig) -> Result<BenchReport, BenchError> {
         let (co, r) = (Arc::clone(&coordinator), run_id.clone());
         phases.push(
             measure(&mut admin, Some(&store), "replay", c, window, move |i| {
-                let (co, k) = (Arc::clone(&co), key(&r, "fresh", c, i % charged.max(1)));
+                let (co, k) = (
+                    Arc::clone(&co),
+                    key_text(&r, "fresh", c, i % charged.max(1)),
+                );
                 async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
             })
             .await?,
@@ -349,7 +362,10 @@ impl Harness {
             CallsPhase::Fresh => {
                 let coordinator = Arc::clone(&self.coordinator);
                 load::run_until(concurrency, until, move |i| {
-                    let (co, k) = (Arc::clone(&coordinator), key(&run, "fresh", concurrency, i));
+                    let (co, k) = (
+                        Arc::clone(&coordinator),
+                        key_text(&run, "fresh", concurrency, i),
+                    );
                     async move { charge(&co, &k, Duration::ZERO).await.map(drop) }
                 })
                 .await
@@ -358,24 +374,20 @@ impl Harness {
     }
 }
 
-/// A charge through the driver: the action returns a charge id after `takes`.
+/// A charge through the driver: the action returns a charge id after `takes`. The operation
+/// and the key go in as text, as a service passes them: `execute` checks each once.
 async fn charge(
     coordinator: &Coordinator<RedisStore>,
-    key: &Key,
+    key: &str,
     takes: Duration,
 ) -> Result<idem::Answer<String>, idem::Error<Infallible>> {
     coordinator
-        .execute_with_provenance(
-            operation(),
-            key.as_str(),
-            fingerprint(),
-            move |_claim| async move {
-                if !takes.is_zero() {
-                    tokio::time::sleep(takes).await;
-                }
-                Ok::<_, Infallible>("ch_1".to_owned())
-            },
-        )
+        .execute_with_provenance(OPERATION, key, fingerprint(), move |_claim| async move {
+            if !takes.is_zero() {
+                tokio::time::sleep(takes).await;
+            }
+            Ok::<_, Infallible>("ch_1".to_owned())
+        })
         .await
 }
 
@@ -515,7 +527,7 @@ async fn hot_key(
         window,
         move |i| {
             let co = Arc::clone(&co);
-            let k = key(&r, "hot", concurrency, i / group);
+            let k = key_text(&r, "hot", concurrency, i / group);
             let (ran, effects, waiters, waiting) = (
                 Arc::clone(&ran2),
                 Arc::clone(&effects2),
