@@ -192,6 +192,34 @@ async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recog
     );
 }
 
+/// A command sent with `Store::apply_bounded` arms no timer of the store's: its caller bounds
+/// it (the driver drops it at the attempt's reply deadline). On a locked row it waits as long
+/// as its caller lets it, where `apply` gives up at the command timeout (the test above).
+#[tokio::test]
+async fn a_command_its_caller_bounds_has_no_timeout_of_the_stores() {
+    let db = TestDb::create().await;
+    let store = PostgresStore::builder()
+        .command_timeout(Duration::from_millis(200))
+        .build(db.pool(4).await);
+    store.migrate().await.unwrap();
+    let (operation, key) = names();
+    store.apply(&operation, &key, reserve(1, 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut holder = db.conn().await;
+    lock_record(&mut holder, &store, "UPDATE").await;
+    let bounded = tokio::time::timeout(
+        Duration::from_millis(800),
+        store.apply_bounded(&operation, &key, reserve(2, 30_000)),
+    )
+    .await;
+    assert!(bounded.is_err(), "{bounded:?}");
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    // The dropped command's connection was closed, not handed out again mid-statement: the
+    // store answers on.
+    let read = store.apply(&operation, &key, Command::Read).await;
+    assert!(matches!(read, Ok(Reply::Read(_))), "{read:?}");
+}
+
 /// The backend running a reserve is terminated while the reserve waits: unavailable; the
 /// retry with the same token reserves, on a new connection of the same pool.
 #[tokio::test]

@@ -54,8 +54,10 @@ impl PostgresStoreBuilder {
     /// every store). A command that takes longer fails with
     /// [`StoreError::Unavailable`](idem::StoreError::Unavailable), and the statement may
     /// still have run on the server. Its connection is closed then, and also when the
-    /// caller drops the command first (the attempt's reply deadline, the shorter under a
-    /// coordinator). Zero is raised to one millisecond.
+    /// caller drops the command first. A command sent with
+    /// [`Store::apply_bounded`](idem::Store::apply_bounded), as the driver sends every
+    /// command under the attempt's reply deadline, has no such timer: its caller drops it.
+    /// Zero is raised to one millisecond.
     #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout.max(Duration::from_millis(1));

@@ -1,5 +1,5 @@
 //! One record command as its statement: on a connection of the pool within the command
-//! timeout, or on a caller's transaction; run again while the row changed under it, and
+//! timeout (or its caller's deadline), or on a caller's transaction; run again while the row changed under it, and
 //! counted.
 
 use std::sync::Arc;
@@ -30,7 +30,22 @@ impl PostgresStore {
     ) -> Result<(Reply, Timestamp), StoreError> {
         let counters = &self.inner.counters;
         counters.commands.fetch_add(1, Ordering::Relaxed);
-        let result = self.on_pool(operation, key, &command).await;
+        let deadline = Instant::now() + self.inner.command_timeout;
+        let result = self.on_pool(operation, key, &command, Some(deadline)).await;
+        self.count(result)
+    }
+
+    /// As [`apply_timed`](Self::apply_timed), with no timer of the store's: the caller drops
+    /// the command at a deadline of its own ([`Store::apply_bounded`](idem::Store::apply_bounded)).
+    pub(crate) async fn apply_bounded_timed(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        let counters = &self.inner.counters;
+        counters.commands.fetch_add(1, Ordering::Relaxed);
+        let result = self.on_pool(operation, key, &command, None).await;
         self.count(result)
     }
 
@@ -48,20 +63,27 @@ impl PostgresStore {
         result
     }
 
-    /// Runs `command` on a connection of the pool, within the command timeout.
+    /// Runs `command` on a connection of the pool, by `deadline` (the command timeout from
+    /// now), or with no timer of the store's when the caller bounds it (`None`).
     async fn on_pool(
         &self,
         operation: &Operation,
         key: &Key,
         command: &Command,
+        deadline: Option<Instant>,
     ) -> Result<(Reply, Timestamp), StoreError> {
-        let timeout = self.inner.command_timeout;
-        let deadline = Instant::now() + timeout;
-        let late = || StoreError::unavailable(command, CommandTimeout(timeout));
-        let conn = match tokio::time::timeout_at(deadline, self.inner.pool.acquire()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(error)) => return Err(StoreError::unavailable(command, failed(error))),
-            Err(_) => return Err(late()),
+        let late = || StoreError::unavailable(command, CommandTimeout(self.inner.command_timeout));
+        let acquire = self.inner.pool.acquire();
+        let acquired = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, acquire).await {
+                Ok(acquired) => acquired,
+                Err(_) => return Err(late()),
+            },
+            None => acquire.await,
+        };
+        let conn = match acquired {
+            Ok(conn) => conn,
+            Err(error) => return Err(StoreError::unavailable(command, failed(error))),
         };
         // Until the statement has answered, the connection is closed rather than handed out
         // again: on this timeout, and when the caller drops this future first (the attempt's
@@ -71,9 +93,12 @@ impl PostgresStore {
             answered: false,
         };
         let applied = self.apply_on(conn.connection(), operation, key, command);
-        let result = match tokio::time::timeout_at(deadline, applied).await {
-            Ok(result) => result,
-            Err(_) => return Err(late()),
+        let result = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, applied).await {
+                Ok(result) => result,
+                Err(_) => return Err(late()),
+            },
+            None => applied.await,
         };
         conn.answered();
         result

@@ -159,4 +159,18 @@ impl Store for PostgresStore {
             .await
             .map(|(reply, _)| reply)
     }
+
+    /// As [`apply`](Self::apply), with no timer of the store's (neither on the pool's
+    /// connection nor on the statement): the caller drops the command at its own deadline,
+    /// and a connection whose statement had not answered is closed, never handed out again.
+    async fn apply_bounded(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: Command,
+    ) -> Result<Reply, StoreError> {
+        self.apply_bounded_timed(operation, key, command)
+            .await
+            .map(|(reply, _)| reply)
+    }
 }
