@@ -28,25 +28,8 @@ impl PostgresStore {
         key: &Key,
         command: Command,
     ) -> Result<(Reply, Timestamp), StoreError> {
-        let counters = &self.inner.counters;
-        counters.commands.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + self.inner.command_timeout;
-        let result = self.on_pool(operation, key, &command, Some(deadline)).await;
-        self.count(result)
-    }
-
-    /// As [`apply_timed`](Self::apply_timed), with no timer of the store's: the caller drops
-    /// the command at a deadline of its own ([`Store::apply_bounded`](idem::Store::apply_bounded)).
-    pub(crate) async fn apply_bounded_timed(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: Command,
-    ) -> Result<(Reply, Timestamp), StoreError> {
-        let counters = &self.inner.counters;
-        counters.commands.fetch_add(1, Ordering::Relaxed);
-        let result = self.on_pool(operation, key, &command, None).await;
-        self.count(result)
+        self.on_pool(operation, key, &command, Some(deadline)).await
     }
 
     pub(crate) fn count<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
@@ -64,8 +47,23 @@ impl PostgresStore {
     }
 
     /// Runs `command` on a connection of the pool, by `deadline` (the command timeout from
-    /// now), or with no timer of the store's when the caller bounds it (`None`).
-    async fn on_pool(
+    /// now), or with no timer of the store's when the caller bounds it (`None`,
+    /// [`Store::apply_bounded`](idem::Store::apply_bounded)); counted.
+    pub(super) async fn on_pool(
+        &self,
+        operation: &Operation,
+        key: &Key,
+        command: &Command,
+        deadline: Option<Instant>,
+    ) -> Result<(Reply, Timestamp), StoreError> {
+        self.inner.counters.commands.fetch_add(1, Ordering::Relaxed);
+        let result = self
+            .acquire_and_apply(operation, key, command, deadline)
+            .await;
+        self.count(result)
+    }
+
+    async fn acquire_and_apply(
         &self,
         operation: &Operation,
         key: &Key,

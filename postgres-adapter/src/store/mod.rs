@@ -169,7 +169,7 @@ impl Store for PostgresStore {
         key: &Key,
         command: Command,
     ) -> Result<Reply, StoreError> {
-        self.apply_bounded_timed(operation, key, command)
+        self.on_pool(operation, key, &command, None)
             .await
             .map(|(reply, _)| reply)
     }
