@@ -69,16 +69,22 @@ struct Parked {
 }
 
 impl Parked {
-    /// Keeps `waker` in a new entry, and returns where.
-    fn insert(&mut self, waker: Waker) -> usize {
+    /// Keeps `waker` in entry `at`, or in a new entry when there is none, and returns where,
+    /// and the waker it replaced (for the caller to drop outside the lock).
+    fn keep(&mut self, at: Option<usize>, waker: Waker) -> (usize, Option<Waker>) {
+        if let Some(at) = at
+            && let Some(entry) = self.wakers.get_mut(at)
+        {
+            return (at, entry.replace(waker));
+        }
         match self.free.pop() {
             Some(at) => {
                 self.wakers[at] = Some(waker);
-                at
+                (at, None)
             }
             None => {
                 self.wakers.push(Some(waker));
-                self.wakers.len() - 1
+                (self.wakers.len() - 1, None)
             }
         }
     }
@@ -190,10 +196,13 @@ impl Detached {
             };
         }
         let cut = self.running();
-        // The flag first, then the wakers: a slot that registers after they were taken reads
-        // the flag after its own lock, so it sees the cut (`Slot::poll_cut`).
-        self.cut.store(true, Ordering::SeqCst);
-        let parked = self.parked().take_all();
+        // The flag is set under the wakers' lock: a slot registers either before, and is
+        // woken here, or after, and reads the flag under the lock (`Slot::poll_cut`).
+        let parked = {
+            let mut parked = self.parked();
+            self.cut.store(true, Ordering::SeqCst);
+            parked.take_all()
+        };
         for waker in parked {
             waker.wake();
         }
@@ -238,35 +247,21 @@ impl Slot {
             // Kept already: the cut wakes it.
             return Poll::Pending;
         }
-        // Registered, or registered again for the task that polls it now; the waker it
-        // replaces is dropped outside the lock.
+        // Registered, or registered again for the task that polls it now.
         let waker = cx.waker().clone();
-        let replaced = {
+        let entry = self.parked.as_ref().map(|(at, _)| *at);
+        let (at, replaced) = {
             let mut parked = detached.parked();
-            match self.parked.take() {
-                Some((at, kept)) => {
-                    // An entry stays in the list for its slot's life (`Parked::remove`).
-                    let old = parked
-                        .wakers
-                        .get_mut(at)
-                        .and_then(|entry| entry.replace(waker.clone()));
-                    self.parked = Some((at, waker));
-                    (old, Some(kept))
-                }
-                None => {
-                    let at = parked.insert(waker.clone());
-                    self.parked = Some((at, waker));
-                    (None, None)
-                }
+            // Read again under the lock the cut sets it under: cut already, or woken by it.
+            if detached.cut.load(Ordering::SeqCst) {
+                return Poll::Ready(());
             }
+            parked.keep(entry, waker.clone())
         };
+        // The replaced waker and the one this slot kept are dropped outside the lock.
         drop(replaced);
-        // A cut that took the wakers before this registration set its flag first.
-        if detached.cut.load(Ordering::SeqCst) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+        self.parked = Some((at, waker));
+        Poll::Pending
     }
 }
 
@@ -382,7 +377,8 @@ mod tests {
         assert_eq!(parked.free.len(), 3);
     }
 
-    /// A slot that registers after the cut took the wakers still sees it.
+    /// A slot first polled after the cut is cut at once. (The race between a slot's
+    /// registration and the cut is closed by the lock both take, not by this test.)
     #[test]
     fn a_slot_that_waits_after_the_cut_is_cut() {
         let detached = Arc::new(Detached::new(8));
