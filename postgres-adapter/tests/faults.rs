@@ -148,12 +148,9 @@ async fn a_statement_past_its_server_timeout_is_unavailable_and_changes_nothing(
     assert!(matches!(reply, Reply::Reserved(_)), "{reply:?}");
 }
 
-/// A command that outlives the store's own (client-side) timeout is given up and its
-/// connection closed; the statement may still run on the server, as this one does once the
-/// lock is released. The attempt's retry with the same token is then recognised (I11).
-#[tokio::test]
-async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recognised() {
-    let db = TestDb::create().await;
+/// A store with a 200 ms command timeout, whose record of `names()` holds an expired
+/// reservation that the returned connection's open transaction has locked.
+async fn locked_under_a_short_command_timeout(db: &TestDb) -> (PostgresStore, PgConnection) {
     let store = PostgresStore::builder()
         .command_timeout(Duration::from_millis(200))
         .build(db.pool(4).await);
@@ -163,6 +160,17 @@ async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recog
     tokio::time::sleep(Duration::from_millis(10)).await;
     let mut holder = db.conn().await;
     lock_record(&mut holder, &store, "UPDATE").await;
+    (store, holder)
+}
+
+/// A command that outlives the store's own (client-side) timeout is given up and its
+/// connection closed; the statement may still run on the server, as this one does once the
+/// lock is released. The attempt's retry with the same token is then recognised (I11).
+#[tokio::test]
+async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recognised() {
+    let db = TestDb::create().await;
+    let (store, mut holder) = locked_under_a_short_command_timeout(&db).await;
+    let (operation, key) = names();
     let error = store
         .apply(&operation, &key, reserve(2, 30_000))
         .await
@@ -198,15 +206,8 @@ async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recog
 #[tokio::test]
 async fn a_command_its_caller_bounds_has_no_timeout_of_the_stores() {
     let db = TestDb::create().await;
-    let store = PostgresStore::builder()
-        .command_timeout(Duration::from_millis(200))
-        .build(db.pool(4).await);
-    store.migrate().await.unwrap();
+    let (store, mut holder) = locked_under_a_short_command_timeout(&db).await;
     let (operation, key) = names();
-    store.apply(&operation, &key, reserve(1, 1)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let mut holder = db.conn().await;
-    lock_record(&mut holder, &store, "UPDATE").await;
     let bounded = tokio::time::timeout(
         Duration::from_millis(800),
         store.apply_bounded(&operation, &key, reserve(2, 30_000)),

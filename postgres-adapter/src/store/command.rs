@@ -1,6 +1,6 @@
 //! One record command as its statement: on a connection of the pool within the command
-//! timeout (or its caller's deadline), or on a caller's transaction; run again while the row changed under it, and
-//! counted.
+//! timeout (or its caller's deadline), or on a caller's transaction; run again while the row
+//! changed under it, and counted.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -71,13 +71,8 @@ impl PostgresStore {
         deadline: Option<Instant>,
     ) -> Result<(Reply, Timestamp), StoreError> {
         let late = || StoreError::unavailable(command, CommandTimeout(self.inner.command_timeout));
-        let acquire = self.inner.pool.acquire();
-        let acquired = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, acquire).await {
-                Ok(acquired) => acquired,
-                Err(_) => return Err(late()),
-            },
-            None => acquire.await,
+        let Some(acquired) = by(deadline, self.inner.pool.acquire()).await else {
+            return Err(late());
         };
         let conn = match acquired {
             Ok(conn) => conn,
@@ -91,12 +86,8 @@ impl PostgresStore {
             answered: false,
         };
         let applied = self.apply_on(conn.connection(), operation, key, command);
-        let result = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, applied).await {
-                Ok(result) => result,
-                Err(_) => return Err(late()),
-            },
-            None => applied.await,
+        let Some(result) = by(deadline, applied).await else {
+            return Err(late());
         };
         conn.answered();
         result
@@ -238,4 +229,13 @@ impl Drop for InFlight {
 fn millis(duration: Duration) -> i64 {
     let ms = duration.as_millis().min(u128::from(MAX_DURATION_MS));
     i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// `future`'s output, or `None` if `deadline` passes first; with no deadline (its caller
+/// bounds it), whenever it comes.
+async fn by<T>(deadline: Option<Instant>, future: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
 }
