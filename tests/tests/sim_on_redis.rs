@@ -121,7 +121,8 @@ async fn the_calls_harness_runs_exactly_the_calls_asked_for() {
 /// `idem-bench compare`, the ratio of fresh calls to the store's two commands, alternates
 /// the order of the phases from round to round and runs every round on keys of its own: each
 /// call, raw or through the driver, wrote a record of its own (a round on an earlier round's
-/// keys would replay, and its raw reserves would fail), and every call succeeded.
+/// keys would replay, and its raw reserves would fail), and every call succeeded, each raw one
+/// under an owner token of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_comparison_alternates_the_phases_on_keys_of_each_rounds_own() {
     let server = RedisServer::start();
@@ -196,6 +197,25 @@ async fn the_comparison_alternates_the_phases_on_keys_of_each_rounds_own() {
             later.0
         );
     }
+    // The raw calls' owner tokens are never used twice in the run, across rounds too.
+    let raw_names: Vec<&String> = names.iter().filter(|name| name.contains("-raw-")).collect();
+    let mut pipe = redis::pipe();
+    for name in &raw_names {
+        pipe.cmd("GET").arg(name.as_str());
+    }
+    let values: Vec<Vec<u8>> = pipe.query_async(&mut conn).await.expect("GET");
+    let mut owners: Vec<u128> = values
+        .iter()
+        .map(|value| {
+            idem_redis::codec::decode(value)
+                .expect("a record")
+                .owner
+                .as_u128()
+        })
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    assert_eq!(owners.len(), 3 * 200, "one owner token per raw call");
     let text = compare::text(&levels);
     assert!(text.contains("fresh / raw_fresh at 8: median "), "{text}");
 }

@@ -323,6 +323,9 @@ struct Harness {
     store: RedisStore,
     options: Options,
     coordinator: Arc<Coordinator<RedisStore>>,
+    /// Raw phases run so far: each one's owner tokens start past every earlier one's
+    /// (2^40 calls a phase), so that no token is used twice in the run ([`owner`]).
+    raw_phases: AtomicU64,
 }
 
 impl Harness {
@@ -336,6 +339,7 @@ impl Harness {
             store,
             options,
             coordinator,
+            raw_phases: AtomicU64::new(0),
         })
     }
 
@@ -352,10 +356,11 @@ impl Harness {
         match phase {
             CallsPhase::RawFresh => {
                 let (store, options, salt) = (self.store.clone(), self.options.clone(), self.salt);
+                let first = self.raw_phases.fetch_add(1, Ordering::Relaxed) << 40;
                 load::run_until(concurrency, until, move |i| {
                     let (s, o) = (store.clone(), options.clone());
                     let k = key(&run, "raw", concurrency, i);
-                    async move { raw_fresh(&s, &o, &k, owner(salt, i)).await }
+                    async move { raw_fresh(&s, &o, &k, owner(salt, first + i)).await }
                 })
                 .await
             }
