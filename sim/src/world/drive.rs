@@ -265,7 +265,7 @@ impl World<'_> {
             Event::Arrive {
                 worker: worker as u32,
                 cmd,
-                command,
+                command: Box::new(command),
             },
         );
     }

@@ -3,6 +3,11 @@
 
 use idem_core::{Command, Reply};
 
+/// Something that happens at a simulated instant. Three words at most: a command or an
+/// answer travels boxed, so that queueing, taking and dispatching an event copies a few
+/// registers rather than the hundred-odd bytes of a command (the unboxed event's copies, at
+/// offsets its one-byte tag shifted, were the hottest instructions of a run: boxed, a run
+/// takes 0.96 of its time, though it allocates twice a command more).
 #[derive(Debug)]
 pub(super) enum Event {
     Try {
@@ -26,12 +31,12 @@ pub(super) enum Event {
     Arrive {
         worker: u32,
         cmd: u32,
-        command: Command,
+        command: Box<Command>,
     },
     Reply {
         worker: u32,
         cmd: u32,
-        answer: Answer,
+        answer: Box<Answer>,
     },
     Effect {
         worker: u32,
@@ -66,9 +71,13 @@ pub(super) enum Event {
     CommitLands {
         worker: u32,
         cmd: u32,
-        command: Command,
+        command: Box<Command>,
     },
 }
+
+// An event stays three words: a field that would carry a command or a record unboxed
+// fails the build here.
+const _: () = assert!(std::mem::size_of::<Event>() <= 24);
 
 /// What comes back to a caller for one command.
 #[derive(Debug)]

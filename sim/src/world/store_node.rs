@@ -45,7 +45,7 @@ impl World<'_> {
                     Event::Reply {
                         worker: worker as u32,
                         cmd,
-                        answer: Answer::Refused,
+                        answer: Box::new(Answer::Refused),
                     },
                 );
                 return;
@@ -75,7 +75,7 @@ impl World<'_> {
                     Event::Arrive {
                         worker: worker as u32,
                         cmd,
-                        command,
+                        command: Box::new(command),
                     },
                 );
                 return;
@@ -100,7 +100,7 @@ impl World<'_> {
                 Event::CommitLands {
                     worker: worker as u32,
                     cmd,
-                    command,
+                    command: Box::new(command),
                 },
             );
             return;
@@ -315,7 +315,7 @@ impl World<'_> {
             Event::Reply {
                 worker: worker as u32,
                 cmd,
-                answer,
+                answer: Box::new(answer),
             },
         );
     }

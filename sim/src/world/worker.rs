@@ -187,7 +187,7 @@ impl World<'_> {
                     return;
                 }
                 self.workers[worker].outstanding = None;
-                self.feed_answer(worker, answer);
+                self.feed_answer(worker, *answer);
                 self.drive(worker);
             }
             Event::ActionDone { .. } => self.action_done(worker),
