@@ -90,72 +90,50 @@ pub(super) enum Answer {
     Corrupt,
 }
 
-/// The events still to happen. The order is a vector of small keys kept sorted, latest
-/// first, and the events wait in slots beside it, so a push or pop moves two words, not an
-/// event. A key is the event's time; events due at one time come out in the order they were
-/// queued, because a new one goes in after every other due at its time (nearer the front:
-/// the earliest come off the end). The order is total, and runs are the same on every
-/// replay.
+/// The events still to happen, latest first, each beside its time: the earliest comes off
+/// the end. Events due at one time come out in the order they were queued, because a new
+/// one goes in after every other due at its time (nearer the front). The order is total,
+/// and runs are the same on every replay.
 ///
 /// A sorted vector rather than a binary heap: a run holds about twenty events at a time, most
 /// of them due soon, so a new one goes in near the end and the earliest comes off the end,
 /// where a heap pays a descent through every level for each pop (a run spent 15% of its
-/// instructions there).
+/// instructions there). An event is three words, so it waits in the order itself: moving a
+/// few of them up for an insert costs less than a slot of its own would.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
     order: Vec<Queued>,
-    slots: Vec<Option<Event>>,
-    free: Vec<u32>,
 }
 
-/// A key in the order: the event's time, and the slot its event waits in.
-#[derive(Debug, Clone, Copy)]
+/// An event and its time.
+#[derive(Debug)]
 struct Queued {
     at: u64,
-    slot: u32,
+    event: Event,
 }
 
 impl Queue {
     pub(super) fn with_capacity(capacity: usize) -> Self {
         Self {
             order: Vec::with_capacity(capacity),
-            slots: Vec::with_capacity(capacity),
-            free: Vec::with_capacity(capacity),
         }
     }
 
     /// Queues `event` at simulated time `at`, after every event queued before it at `at`.
     pub(super) fn push(&mut self, at: u64, event: Event) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(event);
-                slot
-            }
-            None => {
-                self.slots.push(Some(event));
-                // A run has at most a few hundred events queued at once; its event budget
-                // ends it long before four billion.
-                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
-            }
-        };
         // Latest first: the new event goes after every later one and before every other due
         // at its time. Searched from the end, where the earliest are: most events are due
-        // soon, so few keys are passed. One word per key: two events' times compare in one
-        // step (a run spent 4% of its instructions in this loop with a 128-bit key of time
-        // and sequence).
+        // soon, so few are passed.
         let mut place = self.order.len();
         while place > 0 && self.order[place - 1].at <= at {
             place -= 1;
         }
-        self.order.insert(place, Queued { at, slot });
+        self.order.insert(place, Queued { at, event });
     }
 
     /// The earliest event and its time.
     pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
-        let Queued { at, slot } = self.order.pop()?;
-        // Every key in the order names a slot its push filled, and only this pop empties it.
-        let event = self.slots.get_mut(slot as usize).and_then(Option::take)?;
-        self.free.push(slot);
+        let Queued { at, event } = self.order.pop()?;
         Some((at, event))
     }
 }
