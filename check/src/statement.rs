@@ -94,6 +94,11 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
         &self.lines[last]
     }
 
+    /// Strikes every line, keeping the room they took for the next statement.
+    pub fn clear(&mut self) {
+        self.lines.clear();
+    }
+
     /// Every line, in order.
     pub fn lines(&self) -> &[Charge<K>] {
         &self.lines

@@ -13,7 +13,7 @@ use crate::faults::{Exercised, ExercisedCounts};
 use crate::plan::{Plan, PlanError, Shape};
 use crate::report::{BrokerCounts, DeadLetters, RunReport};
 use crate::rng::SimRng;
-use crate::world::World;
+use crate::world::{Spare, World};
 
 /// What to run: the shape of each run and the store behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,11 +31,24 @@ pub struct Config {
 /// One seeded run: the same seed and config give the same run, byte for byte (trace
 /// included when `trace` is set).
 pub fn run_seed(seed: u64, config: &Config, trace: bool) -> Result<RunReport, PlanError> {
+    run_seed_in(seed, config, trace, &mut Spare::default())
+}
+
+/// As [`run_seed`], in the buffers an earlier run on this thread left in `spare`, and
+/// leaving this run's there for the next.
+fn run_seed_in(
+    seed: u64,
+    config: &Config,
+    trace: bool,
+    spare: &mut Spare,
+) -> Result<RunReport, PlanError> {
     let mut rng = SimRng::new(seed);
     let plan = Plan::random(&mut rng, config.shape)?;
-    let mut report = World::new(&plan, config.variant, rng, trace)
-        .with_provider(config.provider)
-        .run();
+    let (mut report, left) =
+        World::reusing(&plan, config.variant, rng, trace, std::mem::take(spare))
+            .with_provider(config.provider)
+            .run_sparing();
+    *spare = left;
     report.seed = seed;
     Ok(report)
 }
@@ -183,9 +196,11 @@ pub fn explore(
     mut progress: impl FnMut(u64),
 ) -> Result<Summary, PlanError> {
     let mut summary = Summary::default();
+    let mut spare = Spare::default();
     for seed in from..from.saturating_add(seeds) {
-        let report = run_seed(seed, config, false)?;
+        let mut report = run_seed_in(seed, config, false, &mut spare)?;
         summary.add(&report);
+        spare.keep_history(std::mem::take(&mut report.history));
         progress(seed);
     }
     Ok(summary)

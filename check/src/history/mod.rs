@@ -307,6 +307,17 @@ pub struct History {
 }
 
 impl History {
+    /// Empties the history, as if new, keeping the room its lists took: a simulation that
+    /// writes one history a run on a thread writes each into the last one's buffers.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.attempts.clear();
+        self.messages.clear();
+        self.events.clear();
+        self.statement.clear();
+        self.provider = Provider::default();
+    }
+
     /// Names a key; returns its index.
     pub fn add_key(&mut self, spec: KeySpec) -> usize {
         self.keys.push(spec);

@@ -113,10 +113,14 @@ struct Queued {
 }
 
 impl Queue {
-    pub(super) fn with_capacity(capacity: usize) -> Self {
-        Self {
-            order: Vec::with_capacity(capacity),
-        }
+    /// Drops every event, keeping the room they took.
+    pub(super) fn clear(&mut self) {
+        self.order.clear();
+    }
+
+    /// Makes room for `more` events beyond those queued.
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.order.reserve(more);
     }
 
     /// Queues `event` at simulated time `at`, after every event queued before it at `at`.
@@ -146,7 +150,7 @@ mod tests {
     /// were queued.
     #[test]
     fn events_come_out_by_time_then_in_the_order_queued() {
-        let mut queue = Queue::with_capacity(4);
+        let mut queue = Queue::default();
         let times = [30, 10, 20, 10, 30, 10, 0];
         for (n, at) in times.into_iter().enumerate() {
             queue.push(at, Event::Wake { worker: n as u32 });
@@ -168,7 +172,7 @@ mod tests {
     /// queued before it at its time, and before every later one.
     #[test]
     fn an_event_queued_between_pops_keeps_its_turn_at_its_time() {
-        let mut queue = Queue::with_capacity(4);
+        let mut queue = Queue::default();
         queue.push(10, Event::Wake { worker: 0 });
         queue.push(20, Event::Wake { worker: 1 });
         assert!(matches!(queue.pop(), Some((10, Event::Wake { worker: 0 }))));
