@@ -260,12 +260,13 @@ impl World<'_> {
             return;
         }
         let delay = self.rng.between(network.min_delay, network.max_delay);
+        let command = self.commands.put(command);
         self.at(
             self.now + delay,
             Event::Arrive {
                 worker: worker as u32,
                 cmd,
-                command: Box::new(command),
+                command,
             },
         );
     }

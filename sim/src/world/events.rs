@@ -1,13 +1,13 @@
 //! The event queue: what happens next, on simulated milliseconds, ordered by (time,
 //! sequence), and what comes back to a caller for one command.
 
-use idem_core::{Command, Reply};
+use idem_core::Reply;
 
-/// Something that happens at a simulated instant. Three words at most: a command or an
-/// answer travels boxed, so that queueing, taking and dispatching an event copies a few
-/// registers rather than the hundred-odd bytes of a command (the unboxed event's copies, at
-/// offsets its one-byte tag shifted, were the hottest instructions of a run: boxed, a run
-/// takes 0.96 of its time, though it allocates twice a command more).
+/// Something that happens at a simulated instant. Two words: a command or an answer waits in
+/// a [`Parcels`] slot and the event names the slot, so that queueing, taking and dispatching
+/// an event copies a few registers rather than the hundred-odd bytes of a command (the
+/// events that carried them, copied at offsets their one-byte tag shifted, were the hottest
+/// instructions of a run).
 #[derive(Debug)]
 pub(super) enum Event {
     Try {
@@ -31,12 +31,12 @@ pub(super) enum Event {
     Arrive {
         worker: u32,
         cmd: u32,
-        command: Box<Command>,
+        command: Parcel,
     },
     Reply {
         worker: u32,
         cmd: u32,
-        answer: Box<Answer>,
+        answer: Parcel,
     },
     Effect {
         worker: u32,
@@ -71,13 +71,67 @@ pub(super) enum Event {
     CommitLands {
         worker: u32,
         cmd: u32,
-        command: Box<Command>,
+        command: Parcel,
     },
 }
 
-// An event stays three words: a field that would carry a command or a record unboxed
-// fails the build here.
-const _: () = assert!(std::mem::size_of::<Event>() <= 24);
+// An event stays two words: a field that would carry a command or a record fails the build
+// here.
+const _: () = assert!(std::mem::size_of::<Event>() <= 16);
+
+/// What events carry that is larger than they are (commands, answers), each in a slot of its
+/// own from its event's queueing until it is handled: slots are reused, so a command in
+/// transit costs no allocation.
+#[derive(Debug)]
+pub(super) struct Parcels<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+/// A slot of [`Parcels`], named by an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Parcel(u32);
+
+impl<T> Default for Parcels<T> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Parcels<T> {
+    /// Keeps `item` until its parcel is taken.
+    pub(super) fn put(&mut self, item: T) -> Parcel {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(item);
+                Parcel(slot)
+            }
+            None => {
+                self.slots.push(Some(item));
+                // A run has at most a few hundred things in transit at once; its event
+                // budget ends it long before four billion.
+                Parcel(u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX))
+            }
+        }
+    }
+
+    /// The item `parcel` names, taken out; `None` if it was taken already (no parcel is
+    /// taken twice: each is handled once, by the one event that names it).
+    pub(super) fn take(&mut self, parcel: Parcel) -> Option<T> {
+        let item = self.slots.get_mut(parcel.0 as usize)?.take()?;
+        self.free.push(parcel.0);
+        Some(item)
+    }
+
+    /// Drops every item, keeping the room they took.
+    pub(super) fn clear(&mut self) {
+        self.slots.clear();
+        self.free.clear();
+    }
+}
 
 /// What comes back to a caller for one command.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use idem_check::{EventKind, History, KeySpec, Provider, Variant};
-use idem_core::{DownstreamKey, Record};
+use idem_core::{Command, DownstreamKey, Record};
 
 use crate::faults::Exercised;
 use crate::plan::Plan;
@@ -42,7 +42,7 @@ mod store_node;
 mod worker;
 
 use broker::Held;
-use events::{Event, Queue};
+use events::{Answer, Event, Parcels, Queue};
 use store_node::storage_slots;
 use worker::{Client, Worker};
 
@@ -88,6 +88,8 @@ pub(crate) struct Spare {
     history: History,
     workers: Vec<Worker>,
     queue: Queue,
+    commands: Parcels<Command>,
+    answers: Parcels<Answer>,
 }
 
 impl Spare {
@@ -105,6 +107,10 @@ pub(crate) struct World<'p> {
     rng: SimRng,
     now: u64,
     queue: Queue,
+    /// The commands on their way to the store, named by their events.
+    commands: Parcels<Command>,
+    /// The answers on their way back, named by their events.
+    answers: Parcels<Answer>,
     /// The store's records, by storage slot.
     records: Vec<Option<Record>>,
     /// Whether a storage slot still holds the value that is not a record it started with.
@@ -154,7 +160,11 @@ impl<'p> World<'p> {
             mut history,
             mut workers,
             mut queue,
+            mut commands,
+            mut answers,
         } = spare;
+        commands.clear();
+        answers.clear();
         history.clear();
         history.events.reserve(HISTORY_RESERVED);
         workers.clear();
@@ -167,6 +177,8 @@ impl<'p> World<'p> {
             rng,
             now: 0,
             queue,
+            commands,
+            answers,
             records: vec![None; plan.slots.len()],
             garbage: plan.slots.iter().map(|slot| slot.corrupt).collect(),
             storage: storage_slots(plan, variant),
@@ -392,12 +404,20 @@ impl<'p> World<'p> {
                 worker,
                 cmd,
                 command,
-            } => self.store_receives(worker as usize, cmd, *command),
+            } => {
+                if let Some(command) = self.commands.take(command) {
+                    self.store_receives(worker as usize, cmd, command);
+                }
+            }
             Event::CommitLands {
                 worker,
                 cmd,
                 command,
-            } => self.commit_lands(worker as usize, cmd, *command),
+            } => {
+                if let Some(command) = self.commands.take(command) {
+                    self.commit_lands(worker as usize, cmd, command);
+                }
+            }
             Event::Effect { worker } => self.effect(worker as usize),
             Event::Deliver { message, published } => self.deliver(message as usize, published),
             Event::AckWait { message, delivery } => self.ack_wait(message as usize, delivery),
@@ -458,6 +478,8 @@ impl<'p> World<'p> {
             history: History::default(),
             workers: self.workers,
             queue: self.queue,
+            commands: self.commands,
+            answers: self.answers,
         };
         (self.report, spare)
     }

@@ -40,12 +40,13 @@ impl World<'_> {
                 trace!(self, "store is down: #{cmd} of w{worker} refused");
                 self.stored(worker, command, None, StoreAnswer::NotApplied, None);
                 let delay = self.rng.between(network.min_delay, network.max_delay);
+                let answer = self.answers.put(Answer::Refused);
                 self.at(
                     self.now + delay,
                     Event::Reply {
                         worker: worker as u32,
                         cmd,
-                        answer: Box::new(Answer::Refused),
+                        answer,
                     },
                 );
                 return;
@@ -70,12 +71,13 @@ impl World<'_> {
                     "#{cmd} {} of w{worker} waits for the commit in progress on its key",
                     command.name()
                 );
+                let command = self.commands.put(command);
                 self.at(
                     lands,
                     Event::Arrive {
                         worker: worker as u32,
                         cmd,
-                        command: Box::new(command),
+                        command,
                     },
                 );
                 return;
@@ -95,12 +97,13 @@ impl World<'_> {
                 "store applies #{cmd} complete of w{worker}, inserting its record; the \
                  commit lands at {lands}"
             );
+            let command = self.commands.put(command);
             self.at(
                 lands,
                 Event::CommitLands {
                     worker: worker as u32,
                     cmd,
-                    command: Box::new(command),
+                    command,
                 },
             );
             return;
@@ -310,12 +313,13 @@ impl World<'_> {
             let timeout = timeout.as_millis() as u64;
             delay += self.rng.between(timeout, timeout * 10);
         }
+        let answer = self.answers.put(answer);
         self.at(
             self.now + delay,
             Event::Reply {
                 worker: worker as u32,
                 cmd,
-                answer: Box::new(answer),
+                answer,
             },
         );
     }

@@ -154,6 +154,9 @@ impl World<'_> {
         // A crashed process handles nothing; a finished attempt has nothing left to do
         // (its stale wake-ups and late replies are dropped).
         if !self.workers[worker].live() {
+            if let Event::Reply { answer, .. } = event {
+                self.answers.take(answer);
+            }
             return;
         }
         let paused_until = self.workers[worker].paused_until;
@@ -182,12 +185,15 @@ impl World<'_> {
                 self.drive(worker);
             }
             Event::Reply { cmd, answer, .. } => {
+                let Some(answer) = self.answers.take(answer) else {
+                    return;
+                };
                 if self.workers[worker].outstanding != Some(cmd) {
                     trace!(self, "w{worker} ignores the late reply to #{cmd}");
                     return;
                 }
                 self.workers[worker].outstanding = None;
-                self.feed_answer(worker, *answer);
+                self.feed_answer(worker, answer);
                 self.drive(worker);
             }
             Event::ActionDone { .. } => self.action_done(worker),
