@@ -406,3 +406,32 @@ impl fmt::Display for Summary {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run in the buffers earlier runs left is the run a fresh world makes: the same
+    /// history, trace, answers and counts, seed for seed. An emptied buffer that kept
+    /// anything of the last run (a statement line, a queued event, a command in transit)
+    /// would show here.
+    #[test]
+    fn a_run_in_reused_buffers_is_the_run_in_new_ones() {
+        let config = Config::default();
+        let mut spare = Spare::default();
+        for seed in 0..300 {
+            let reused = run_seed_in(seed, &config, true, &mut spare).unwrap();
+            let fresh = run_seed(seed, &config, true).unwrap();
+            assert_eq!(reused.history, fresh.history, "seed {seed}");
+            assert_eq!(reused.trace, fresh.trace, "seed {seed}");
+            assert_eq!(reused.responses, fresh.responses, "seed {seed}");
+            assert_eq!(reused.violations, fresh.violations, "seed {seed}");
+            assert_eq!(
+                (reused.events, reused.requests, reused.effects),
+                (fresh.events, fresh.requests, fresh.effects),
+                "seed {seed}"
+            );
+            spare.keep_history(reused.history);
+        }
+    }
+}

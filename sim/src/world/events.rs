@@ -224,6 +224,23 @@ mod tests {
         );
     }
 
+    /// A parcel gives back what was put in it, once; its slot then holds the next one put.
+    #[test]
+    fn a_parcel_is_taken_once_and_its_slot_reused() {
+        let mut parcels = Parcels::default();
+        let first = parcels.put("first");
+        let second = parcels.put("second");
+        assert_eq!(parcels.take(first), Some("first"));
+        assert_eq!(parcels.take(first), None);
+        let third = parcels.put("third");
+        assert_eq!(third, first, "the freed slot is reused");
+        assert_eq!(parcels.take(second), Some("second"));
+        assert_eq!(parcels.take(third), Some("third"));
+        parcels.put("left over");
+        parcels.clear();
+        assert_eq!(parcels.take(first), None);
+    }
+
     /// An event queued after others were taken out still comes out after every event
     /// queued before it at its time, and before every later one.
     #[test]
