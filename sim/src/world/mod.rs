@@ -19,7 +19,7 @@ use crate::rng::SimRng;
 const EVENT_BUDGET: u64 = 2_000_000;
 
 /// History events a run has room for from its start: a run at the default shape writes about
-/// 700, so its history is not copied as it grows.
+/// 360 (many more now and then), so its history is rarely copied as it grows.
 const HISTORY_RESERVED: usize = 1_024;
 
 /// Events a run's queue has room for from its start: it holds a few dozen at a time.
@@ -80,9 +80,10 @@ pub(super) fn numbered(prefix: char, n: usize) -> String {
 }
 
 /// What a run leaves for the next one on its thread: its largest buffers, emptied. A run
-/// at the default shape writes about 700 history events and makes about forty workers, some
-/// 110 KB between them; a run that allocates them afresh pays for memory no cache holds (and
-/// the allocator's slow path for blocks that large), where the last run's are still warm.
+/// at the default shape writes about 360 history events and makes about twenty workers (and
+/// reserves room for more), some 150 KB between them with the history's reserve; a run that
+/// allocates them afresh pays for memory no cache holds (and the allocator's slow path for
+/// blocks that large), where the last run's are still warm.
 #[derive(Default)]
 pub(crate) struct Spare {
     history: History,
