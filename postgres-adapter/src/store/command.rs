@@ -57,40 +57,32 @@ impl PostgresStore {
         deadline: Option<Instant>,
     ) -> Result<(Reply, Timestamp), StoreError> {
         self.inner.counters.commands.fetch_add(1, Ordering::Relaxed);
-        let result = self
-            .acquire_and_apply(operation, key, command, deadline)
-            .await;
-        self.count(result)
-    }
-
-    async fn acquire_and_apply(
-        &self,
-        operation: &Operation,
-        key: &Key,
-        command: &Command,
-        deadline: Option<Instant>,
-    ) -> Result<(Reply, Timestamp), StoreError> {
         let late = || StoreError::unavailable(command, CommandTimeout(self.inner.command_timeout));
-        let Some(acquired) = by(deadline, self.inner.pool.acquire()).await else {
-            return Err(late());
-        };
-        let conn = match acquired {
-            Ok(conn) => conn,
-            Err(error) => return Err(StoreError::unavailable(command, failed(error))),
-        };
-        // Until the statement has answered, the connection is closed rather than handed out
-        // again: on this timeout, and when the caller drops this future first (the attempt's
-        // reply deadline is usually the shorter), as the statement may still be running.
-        let mut conn = InFlight {
-            conn,
-            answered: false,
-        };
-        let applied = self.apply_on(conn.connection(), operation, key, command);
-        let Some(result) = by(deadline, applied).await else {
-            return Err(late());
-        };
-        conn.answered();
-        result
+        let result = async {
+            let Some(acquired) = by(deadline, self.inner.pool.acquire()).await else {
+                return Err(late());
+            };
+            let conn = match acquired {
+                Ok(conn) => conn,
+                Err(error) => return Err(StoreError::unavailable(command, failed(error))),
+            };
+            // Until the statement has answered, the connection is closed rather than handed
+            // out again: on this timeout, and when the caller drops this future first (the
+            // attempt's reply deadline is usually the shorter), as the statement may still be
+            // running.
+            let mut conn = InFlight {
+                conn,
+                answered: false,
+            };
+            let applied = self.apply_on(conn.connection(), operation, key, command);
+            let Some(result) = by(deadline, applied).await else {
+                return Err(late());
+            };
+            conn.answered();
+            result
+        }
+        .await;
+        self.count(result)
     }
 
     /// Runs `command` on `conn` (a connection of the pool, or a caller's transaction): its
