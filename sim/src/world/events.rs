@@ -89,8 +89,10 @@ pub(super) struct Parcels<T> {
     free: Vec<u32>,
 }
 
-/// A slot of [`Parcels`], named by an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A slot of [`Parcels`], named by an event. Neither `Copy` nor `Clone`: [`Parcels::put`]
+/// makes the only one for its item, and [`Parcels::take`] uses it up, so no item is taken
+/// twice and none is taken by the next item put in its slot.
+#[derive(Debug, PartialEq, Eq)]
 pub(super) struct Parcel(u32);
 
 impl<T> Default for Parcels<T> {
@@ -119,8 +121,8 @@ impl<T> Parcels<T> {
         }
     }
 
-    /// The item `parcel` names, taken out; `None` if it was taken already (no parcel is
-    /// taken twice: each is handled once, by the one event that names it).
+    /// The item `parcel` names, taken out; `None` only for a parcel older than the last
+    /// [`clear`](Self::clear) (a run's events and its parcels are emptied together).
     pub(super) fn take(&mut self, parcel: Parcel) -> Option<T> {
         let item = self.slots.get_mut(parcel.0 as usize)?.take()?;
         self.free.push(parcel.0);
@@ -224,21 +226,24 @@ mod tests {
         );
     }
 
-    /// A parcel gives back what was put in it, once; its slot then holds the next one put.
+    /// A parcel gives back what was put in it (taking it uses it up: a second take does not
+    /// compile); its slot then holds the next one put, and a parcel from before a clear
+    /// finds nothing.
     #[test]
     fn a_parcel_is_taken_once_and_its_slot_reused() {
         let mut parcels = Parcels::default();
         let first = parcels.put("first");
         let second = parcels.put("second");
+        assert_eq!(first, Parcel(0));
         assert_eq!(parcels.take(first), Some("first"));
-        assert_eq!(parcels.take(first), None);
         let third = parcels.put("third");
-        assert_eq!(third, first, "the freed slot is reused");
+        assert_eq!(third, Parcel(0), "the freed slot is reused");
+        assert_eq!(parcels.slots.len(), 2);
         assert_eq!(parcels.take(second), Some("second"));
         assert_eq!(parcels.take(third), Some("third"));
-        parcels.put("left over");
+        let left_over = parcels.put("left over");
         parcels.clear();
-        assert_eq!(parcels.take(first), None);
+        assert_eq!(parcels.take(left_over), None);
     }
 
     /// An event queued after others were taken out still comes out after every event

@@ -94,9 +94,9 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Keeps a finished run's history, emptied, for the next run.
-    pub(crate) fn keep_history(&mut self, mut history: History) {
-        history.clear();
+    /// Keeps a finished run's history for the next run, which empties it as it empties
+    /// every other buffer ([`World::reusing`]).
+    pub(crate) fn keep_history(&mut self, history: History) {
         self.history = history;
     }
 }
