@@ -27,6 +27,40 @@ fn an_owner_token_converts_prints_and_parses_losslessly() {
     }
 }
 
+/// Tokens are kept as two halves: they still order, compare and round-trip as the 128-bit
+/// values they were made from, at the halves' edges too.
+#[test]
+fn owner_tokens_order_as_their_128_bit_values() {
+    let values = [
+        0u128,
+        1,
+        u128::from(u64::MAX),
+        u128::from(u64::MAX) + 1,
+        1 << 127,
+        (1 << 127) | u128::from(u64::MAX),
+        u128::MAX - 1,
+        u128::MAX,
+    ];
+    for a in values {
+        let token = OwnerToken::from_u128(a);
+        assert_eq!(token.as_u128(), a);
+        assert_eq!(token.to_string().parse::<OwnerToken>(), Ok(token));
+        for b in values {
+            assert_eq!(
+                token.cmp(&OwnerToken::from_u128(b)),
+                a.cmp(&b),
+                "{a:x} against {b:x}"
+            );
+        }
+    }
+    // Nothing in a token asks for more than a word's alignment (records and commands that
+    // hold one are allocated on an allocator's plain path).
+    assert_eq!(
+        std::mem::align_of::<OwnerToken>(),
+        std::mem::align_of::<u64>()
+    );
+}
+
 #[test]
 fn a_body_keeps_its_bytes_and_prints_short_text_only() {
     let body = Body::new(&b"\"ch_1\""[..]);
@@ -34,6 +68,13 @@ fn a_body_keeps_its_bytes_and_prints_short_text_only() {
     assert!(!body.is_empty());
     assert!(Body::new(Vec::new()).is_empty());
     assert_eq!(body.clone().into_bytes(), b"\"ch_1\"".to_vec());
+    // A clone shares the bytes; bodies compare and hash by their bytes, shared or not.
+    let copy = body.clone();
+    assert!(std::ptr::eq(copy.as_bytes(), body.as_bytes()));
+    let apart = Body::new(&b"\"ch_1\""[..]);
+    assert!(!std::ptr::eq(apart.as_bytes(), body.as_bytes()));
+    assert_eq!(apart, body);
+    assert_ne!(Body::new("ch_2"), body);
     assert_eq!(format!("{body:?}"), r#"Body("\"ch_1\"")"#);
     let long = Body::new("x".repeat(65));
     assert_eq!(format!("{long:?}"), "Body(65 bytes)");

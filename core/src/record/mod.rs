@@ -10,6 +10,7 @@
 //! absent one (`I9`): [`apply`] first forgets it, then decides.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::time::Timestamp;
@@ -25,13 +26,18 @@ pub use transition::{apply, apply_fenced, commits};
 
 /// A stored result: the JSON (or other encoding) of the action's value, as the driver wrote
 /// it. The core never looks inside.
+///
+/// The bytes are shared, not copied, by every clone: the attempt keeps its result while the
+/// complete that carries it is out, its outcome hands it to the caller, and a store answers
+/// with the record it keeps, each a clone of one body. Equality and hashing are by the
+/// bytes.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Body(Vec<u8>);
+pub struct Body(Arc<[u8]>);
 
 impl Body {
-    /// Wraps encoded bytes.
+    /// Wraps encoded bytes (copied once, into the block every clone shares).
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(bytes.into())
+        Self(Arc::from(bytes.into()))
     }
 
     /// The encoded bytes.
@@ -39,9 +45,9 @@ impl Body {
         &self.0
     }
 
-    /// The encoded bytes, by value.
+    /// The encoded bytes, by value (a copy: the body's own bytes may be shared).
     pub fn into_bytes(self) -> Vec<u8> {
-        self.0
+        self.0.to_vec()
     }
 
     /// The length in bytes.
