@@ -52,7 +52,7 @@ pub mod variant;
 
 pub use history::{
     ActionEnd, Answer, AttemptSpec, Event, EventKind, History, KeySpec, MessageSpec, Received,
-    StoreStep, Story,
+    StoreStep, Story, numbered,
 };
 pub use judge::{Cause, CauseCounts, Counterexample, Rule, Verdict, Violation, check_run, judge};
 pub use statement::{Charge, Provider, Statement};

@@ -64,7 +64,7 @@ impl<K: PartialEq + fmt::Debug> Statement<K> {
         downstream: Option<DownstreamKey>,
         fence: Option<Fence>,
     ) -> &Charge<K> {
-        let id = format!("ch_{}", self.lines.len() + 1);
+        let id = crate::history::numbered("ch_", self.lines.len() + 1);
         self.lines.push(Charge {
             key,
             id,

@@ -1596,3 +1596,16 @@ fn a_message_neither_acknowledged_nor_dead_lettered_is_reported() {
         )
         .breaks(Rule::Liveness);
 }
+
+/// Names read as the formatting machinery would write them, at every number of digits, and
+/// a charge's id is `ch_N` from one.
+#[test]
+fn names_are_the_prefix_and_the_number() {
+    for n in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
+        assert_eq!(idem_check::numbered("w", n), format!("w{n}"));
+        assert_eq!(idem_check::numbered("ch_", n), format!("ch_{n}"));
+    }
+    let mut statement = idem_check::Statement::<usize>::default();
+    assert_eq!(statement.charge(0, None, 5).id, "ch_1");
+    assert_eq!(statement.charge(0, None, 6).id, "ch_2");
+}

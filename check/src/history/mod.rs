@@ -38,6 +38,27 @@ mod story;
 pub use story::Story;
 pub(crate) use story::{ResultLabel, ShortRecord};
 
+/// A name of the `n`th thing of its kind in a history: `prefix` and the decimal digits of `n`
+/// (`w12` for an attempt, `m3` for a message, `ch_4` for a charge), written without the
+/// formatting machinery, which costs a simulated run more than the rest of making a worker.
+pub fn numbered(prefix: &str, n: usize) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut name = String::with_capacity(prefix.len() + digits.len() - at);
+    name.push_str(prefix);
+    name.extend(digits[at..].iter().copied().map(char::from));
+    name
+}
+
 /// A key of the run, as the callers name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySpec {

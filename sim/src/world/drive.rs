@@ -91,7 +91,7 @@ impl World<'_> {
         let jitter = self.rng.next_u64();
         let slot = &self.plan.slots[caller.slot];
         self.history.add_attempt(AttemptSpec {
-            label: super::numbered('w', worker),
+            label: idem_check::numbered("w", worker),
             key: caller.slot,
             fingerprint: caller.fingerprint,
             owner,

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use idem_check::{EventKind, History, KeySpec, Provider, Variant};
+use idem_check::{EventKind, History, KeySpec, Provider, Variant, numbered};
 use idem_core::{Command, DownstreamKey, Record};
 
 use crate::faults::Exercised;
@@ -57,26 +57,6 @@ fn expected_workers(plan: &Plan) -> usize {
         .map(|client| client.max_tries as usize + 1)
         .sum();
     tries + plan.messages.len() * 4
-}
-
-/// A label: `prefix` and the decimal digits of `n` (`w12`, `m3`), written without the
-/// formatting machinery, which cost more than the rest of making a worker.
-pub(super) fn numbered(prefix: char, n: usize) -> String {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let mut label = String::with_capacity(1 + digits.len() - at);
-    label.push(prefix);
-    label.extend(digits[at..].iter().copied().map(char::from));
-    label
 }
 
 /// What a run leaves for the next one on its thread: its largest buffers, emptied. A run
@@ -138,7 +118,7 @@ pub(crate) struct World<'p> {
     /// Events allowed before the run counts as stuck.
     budget: u64,
     /// Transactional writes made so far, committed or not (their ids are `tx_N`).
-    writes: u64,
+    writes: usize,
     /// Each plan slot's downstream key (MODEL.md `D1`), derived once per run.
     downstream: Vec<DownstreamKey>,
 }
@@ -220,7 +200,7 @@ impl<'p> World<'p> {
         world.trace_plan();
         for (m, message) in plan.messages.iter().enumerate() {
             world.history.add_message(idem_check::MessageSpec {
-                label: numbered('m', m),
+                label: numbered("m", m),
                 key: message.slot,
             });
             world.report.broker.messages += 1;
@@ -509,13 +489,5 @@ mod tests {
         assert!(stuck >= 2, "{:?}", report.violations);
         let finished = World::new(&plan, Variant::Correct, rng, false).run();
         assert!(finished.violations.is_empty(), "{:?}", finished.violations);
-    }
-
-    /// Labels read as the formatting machinery would write them, at every number of digits.
-    #[test]
-    fn labels_are_the_prefix_and_the_number() {
-        for n in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
-            assert_eq!(numbered('w', n), format!("w{n}"));
-        }
     }
 }

@@ -112,7 +112,7 @@ impl World<'_> {
         if w.transactional {
             // Writes in the transaction: an effect only if the store commits them.
             self.writes += 1;
-            let id = format!("tx_{}", self.writes);
+            let id = idem_check::numbered("tx_", self.writes);
             trace!(self, "w{worker} writes {id} in its transaction");
             self.workers[worker].written = Some(id.clone());
             self.note(worker, EventKind::Wrote { id });
