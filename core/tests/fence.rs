@@ -56,7 +56,7 @@ fn command(op: &Op) -> Option<Command> {
         Op::Complete(n) => Command::Complete {
             owner: owner(n),
             fingerprint: fp(),
-            result: StoredResult::Value(Body::new(b"ok".to_vec())),
+            result: StoredResult::Value(Body::new(b"ok")),
             retention: Duration::from_millis(300),
         },
         Op::Renew(n) => Command::Renew {
@@ -235,7 +235,7 @@ fn the_attempt_knows_its_fence_while_its_action_runs() {
     assert_eq!(a.fence(), Some(fence));
     // Once the result is handed in, the action no longer runs under it.
     a.handle_action_result(
-        ActionResult::Succeeded(Body::new(b"ok".to_vec())),
+        ActionResult::Succeeded(Body::new(b"ok")),
         common::at(renew_at),
     )
     .unwrap();

@@ -648,7 +648,7 @@ mod tests {
             RecordState::of(&pending(100), at(100)),
             RecordState::Expired
         );
-        let value = completed(StoredResult::Value(Body::new(b"x".to_vec())));
+        let value = completed(StoredResult::Value(Body::new(b"x")));
         assert_eq!(RecordState::of(&value, at(999)), RecordState::Completed);
         assert_eq!(RecordState::of(&value, at(1_000)), RecordState::Absent);
         let panicked = completed(StoredResult::Panicked);

@@ -29,7 +29,7 @@ fn complete(owner: u128) -> Command {
     Command::Complete {
         owner: OwnerToken::from_u128(owner),
         fingerprint: Fingerprint::of_bytes(b"request"),
-        result: idem::StoredResult::Value(Body::new(b"1".to_vec())),
+        result: idem::StoredResult::Value(Body::new(b"1")),
         retention: Duration::from_secs(60),
     }
 }

@@ -328,7 +328,7 @@ impl BareStore {
         let complete = Command::Complete {
             owner,
             fingerprint,
-            result: StoredResult::Value(Body::new(answer.clone())),
+            result: StoredResult::Value(Body::new(&answer)),
             retention: Duration::from_secs(24 * 60 * 60),
         };
         match self.store.apply(&self.operation, &key, complete).await {

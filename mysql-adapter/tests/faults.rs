@@ -31,7 +31,7 @@ fn complete() -> Command {
     Command::Complete {
         owner: OwnerToken::from_u128(1),
         fingerprint: Fingerprint::of_bytes(b"charge"),
-        result: StoredResult::Value(Body::new(b"\"ch_1\"".to_vec())),
+        result: StoredResult::Value(Body::new(b"\"ch_1\"")),
         retention: Duration::from_secs(60),
     }
 }
@@ -83,7 +83,7 @@ async fn a_command_past_its_client_timeout_may_still_land_and_its_retry_is_recog
     );
     match store.apply(&o, &k, Command::Read).await.unwrap() {
         Reply::Read(Some(Record::Completed { result, .. })) => {
-            assert_eq!(result, StoredResult::Value(Body::new(b"\"ch_1\"".to_vec())));
+            assert_eq!(result, StoredResult::Value(Body::new(b"\"ch_1\"")));
         }
         other => panic!("{other:?}"),
     }

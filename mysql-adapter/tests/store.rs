@@ -54,7 +54,7 @@ fn complete(n: u128, print: u8, body: &[u8]) -> Command {
     Command::Complete {
         owner: owner(n),
         fingerprint: fp(print),
-        result: StoredResult::Value(Body::new(body.to_vec())),
+        result: StoredResult::Value(Body::new(body)),
         retention: Duration::from_secs(60),
     }
 }

@@ -254,7 +254,7 @@ impl Found {
                 };
             }
             COMPLETED_VALUE => match &self.body {
-                Some(body) => StoredResult::Value(Body::new(body.clone())),
+                Some(body) => StoredResult::Value(Body::new(body)),
                 None => return Err("a completed value without a body".to_owned()),
             },
             COMPLETED_NOT_STORED => without_body(StoredResult::NotStored)?,

@@ -475,7 +475,7 @@ async fn keys_and_operations_at_their_limits_are_stored_verbatim() {
             Command::Complete {
                 owner: owner(1),
                 fingerprint: fp(1),
-                result: StoredResult::Value(Body::new(body.clone())),
+                result: StoredResult::Value(Body::new(&body)),
                 retention: Duration::from_secs(60),
             },
         )

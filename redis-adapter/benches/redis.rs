@@ -107,9 +107,7 @@ fn main() {
                                 let complete = Command::Complete {
                                     owner,
                                     fingerprint: fp,
-                                    result: StoredResult::Value(Body::new(
-                                        br#"{"charge":"ch_1"}"#.to_vec(),
-                                    )),
+                                    result: StoredResult::Value(Body::new(br#"{"charge":"ch_1"}"#)),
                                     retention: Duration::from_secs(3600),
                                 };
                                 store.apply(&op, &key, complete).await.unwrap();

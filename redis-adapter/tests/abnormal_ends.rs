@@ -217,7 +217,7 @@ async fn a_detached_call_dropped_after_its_charge_is_recorded_and_the_retry_repl
     };
     assert_eq!(
         result,
-        StoredResult::Value(idem::record::Body::new(b"\"ch_1\"".to_vec()))
+        StoredResult::Value(idem::record::Body::new(b"\"ch_1\""))
     );
 }
 

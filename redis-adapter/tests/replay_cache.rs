@@ -207,7 +207,7 @@ async fn expiry_is_respected(flaw: Option<CacheFlaw>, time_left: bool) -> Result
     let complete = Command::Complete {
         owner,
         fingerprint: fp,
-        result: StoredResult::Value(Body::new(b"\"ch_0\"".to_vec())),
+        result: StoredResult::Value(Body::new(b"\"ch_0\"")),
         retention: Duration::from_millis(1500),
     };
     store.apply(&operation, &key, complete).await.unwrap();

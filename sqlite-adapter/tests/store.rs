@@ -35,7 +35,7 @@ fn complete(owner: u128, body: &[u8]) -> Command {
     Command::Complete {
         owner: OwnerToken::from_u128(owner),
         fingerprint: Fingerprint::of_bytes(b"charge 100"),
-        result: StoredResult::Value(Body::new(body.to_vec())),
+        result: StoredResult::Value(Body::new(body)),
         retention: Duration::from_secs(60),
     }
 }

@@ -136,7 +136,7 @@ async fn the_transaction_commits_only_if_the_record_is_the_callers() {
     let complete = |owner| Command::Complete {
         owner: OwnerToken::from_u128(owner),
         fingerprint: fingerprint(),
-        result: StoredResult::Value(Body::new(b"1".to_vec())),
+        result: StoredResult::Value(Body::new(b"1")),
         retention: Duration::from_secs(60),
     };
     let reply = store

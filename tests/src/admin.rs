@@ -80,7 +80,7 @@ async fn completed<S: AdminStore>(
 }
 
 fn body(bytes: &[u8]) -> StoredResult {
-    StoredResult::Value(Body::new(bytes.to_vec()))
+    StoredResult::Value(Body::new(bytes))
 }
 
 /// Every page of `query` from its first, with how many pages it took; each page at most

@@ -75,7 +75,7 @@ pub(crate) fn fingerprint(n: u8) -> Fingerprint {
 }
 
 pub(crate) fn value(bytes: &[u8]) -> StoredResult {
-    StoredResult::Value(Body::new(bytes.to_vec()))
+    StoredResult::Value(Body::new(bytes))
 }
 
 /// A check in progress: the subject, and a judge that follows every record it touches.

@@ -186,7 +186,7 @@ mod tests {
             Record::Completed {
                 owner: holder,
                 fingerprint: fp(1),
-                result: StoredResult::Value(crate::record::Body::new(b"ok".to_vec())),
+                result: StoredResult::Value(crate::record::Body::new(b"ok")),
                 expires_at: deadline,
             },
             Record::Completed {

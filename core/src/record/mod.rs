@@ -35,9 +35,10 @@ pub use transition::{apply, apply_fenced, commits};
 pub struct Body(Arc<[u8]>);
 
 impl Body {
-    /// Wraps encoded bytes (copied once, into the block every clone shares).
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(Arc::from(bytes.into()))
+    /// Wraps encoded bytes, copied once into the block every clone shares (whatever holds
+    /// them: a vector, a slice, a string).
+    pub fn new(bytes: impl AsRef<[u8]>) -> Self {
+        Self(Arc::from(bytes.as_ref()))
     }
 
     /// The encoded bytes.
